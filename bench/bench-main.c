@@ -40,6 +40,7 @@
     X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */        \
     X(grammar) /* bench-grammar.c: structured output: compile ms, mask us/token on 163,840 ids */            \
     X(grammar_decode) /* bench-grammar.c: slice greedy decode with / without a mask (only when asked) */     \
+    X(sample)         /* bench-sample.c: one draw over 163,840 logits; bias, penalties, logprobs */          \
     X(history) /* bench-history.c: one chat turn's renderings at 1k-50k exchanges, kept vs from scratch */
 
 #define DECLARE(name) int bench_##name(void);

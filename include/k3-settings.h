@@ -37,6 +37,12 @@
       "sampling temperature, 0 = greedy")                                                                    \
     X(TOP_P, NUM, 0, 1, 1, NULL, "X", NULL, "top-p", "top-p", "top_p",                                       \
       "nucleus sampling: keep the smallest set of tokens with probability >= X")                             \
+    X(PRESENCE_PENALTY, NUM, -2, 2, 0, NULL, "X", NULL, NULL, NULL, "presence_penalty",                      \
+      "subtract X from the logit of each token the answer has used (OpenAI's)")                              \
+    X(FREQUENCY_PENALTY, NUM, -2, 2, 0, NULL, "X", NULL, NULL, NULL, "frequency_penalty",                    \
+      "subtract X times its count in the answer from each token's logit (OpenAI's)")                         \
+    X(TOP_LOGPROBS, INT, 0, 20, 0, NULL, "N", NULL, NULL, NULL, "top_logprobs",                              \
+      "with logprobs: the N most likely tokens at each position of the answer")                              \
     X(THINK, BOOL, 0, 1, 1, NULL, NULL, NULL, "think", "think", "enable_thinking", "thinking mode")          \
     X(EFFORT, ENUM, 0, 2, 2, "low|high|max", NULL, NULL, "effort", "effort", "reasoning_effort",             \
       "thinking effort")                                                                                     \

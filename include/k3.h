@@ -262,19 +262,52 @@ typedef struct k3_sampler_params {
     float    temp, top_p, min_p;
     int      top_k; /* 0 = off */
     uint64_t seed;
+    /* OpenAI's penalties, each in [-2, 2] (0: off): logit[j] -= count[j] * frequency_penalty +
+     * (count[j] > 0) * presence_penalty, count[j] the times k3_sampler_accept was given j. */
+    float presence_penalty, frequency_penalty;
 } k3_sampler_params;
 typedef struct k3_sampler k3_sampler;
-/* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0. */
+/* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0,
+ * penalties 0. */
 void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
-/* Order: temperature, top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of
- * the sorted distribution whose mass reaches top_p), renormalise, draw with a seeded PRNG. */
+/* Order: logit bias and penalties (added to the logits; see k3_sampler_set_adjust), temperature,
+ * top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of the sorted distribution
+ * whose mass reaches top_p), renormalise, draw with a seeded PRNG. Without a bias and penalties
+ * the logits are read in place (no copy). */
 k3_sampler *k3_sampler_new(const k3_sampler_params *p);
 void        k3_sampler_free(k3_sampler *s);
-int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
+/* -1 for no logits, n <= 0, or out of memory (the copy a bias or penalty needs). */
+int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n);
 /* The same draw over the ids whose bit is set in mask ((n + 63) / 64 words, bit id % 64 of word
- * id / 64; NULL: every id): masked ids are removed before temperature, top-k, min-p and top-p.
- * -1 when the mask allows no id. */
+ * id / 64; NULL: every id): masked ids are removed after the bias and penalties, before
+ * temperature, top-k, min-p and top-p. -1 when the mask allows no id. */
 int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, const uint64_t *mask);
+/* OpenAI's logit_bias: each entry's bias (in [-100, 100]) is added to its id's logit before each
+ * draw; ids at or past the draw's n are ignored. Copied; n 0 clears. K3_ERR_ARG for a negative id
+ * or a bias out of range (naming it), K3_ERR_NOMEM; either leaves the bias as it was. s NULL: only
+ * checks. */
+typedef struct k3_logit_bias {
+    int32_t id;
+    float   bias;
+} k3_logit_bias;
+k3_status k3_sampler_set_bias(k3_sampler *s, const k3_logit_bias *b, int n);
+/* Counts id as generated for the penalties (nothing when both are 0). */
+void k3_sampler_accept(k3_sampler *s, int32_t id);
+/* on = 0: the next draws use the logits as they are (no bias, no penalties); 1 (default): with
+ * them. A conversation turns them off while the model reasons (conv-gen.c). */
+void k3_sampler_set_adjust(k3_sampler *s, int on);
+
+/* Log-probabilities in the model's distribution: log_softmax(logits) as given (before any bias,
+ * penalty, temperature, truncation or mask), its normaliser summed in double. Returns id's; top
+ * gets the k most likely ids (0 <= k <= K3_TOP_LOGPROBS), most likely first, ties by lower id,
+ * and the count written (fewer when fewer ids have a number) in *n_top. NaN logits have
+ * probability 0. NAN when no logit is a number or id is out of range. */
+#define K3_TOP_LOGPROBS 20
+typedef struct k3_logprob {
+    int32_t id;
+    float   logprob;
+} k3_logprob;
+float k3_logprobs(const float *logits, int n, int32_t id, int k, k3_logprob *top, int *n_top);
 
 /* ==== checkpoint inspection (inspect.c) ================================= */
 
@@ -500,6 +533,9 @@ k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
  * cut part way that begins one the parser hides (<|close|>respo...) is hidden too. */
 void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
 int  k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
+/* 1: the next ordinary (not special) id is answer text: the response channel, outside a marker
+ * and a tool call (what the server lists logprobs for). */
+int k3_chat_parser_in_text(const k3_chat_parser *p);
 
 /* ==== structured output: grammars and token masks (src/grammar) ============ */
 /* A pushdown automaton over bytes (special tokens are terminals of their own) compiled from a
@@ -627,13 +663,19 @@ typedef struct k3_msg {
 } k3_msg;
 
 typedef struct k3_conv_settings {
-    int  think;                        /* thinking mode: 1 on (default), 0 off                 */
-    char effort[8];                    /* "low" | "high" | "max" (default); "medium" rejected  */
-    int  max_tokens;                   /* generated tokens per turn; 0 = up to the capacity    */
-    int  think_budget;                 /* reasoning tokens before the think channel is closed
-                                        * for the model (the answer follows); 0 = no limit    */
-    k3_sampler_params sampling;        /* temp, top_p, min_p, top_k, seed                       */
-    char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
+    int  think;                 /* thinking mode: 1 on (default), 0 off                 */
+    char effort[8];             /* "low" | "high" | "max" (default); "medium" rejected  */
+    int  max_tokens;            /* generated tokens per turn; 0 = up to the capacity    */
+    int  think_budget;          /* reasoning tokens before the think channel is closed
+                                 * for the model (the answer follows); 0 = no limit    */
+    k3_sampler_params sampling; /* temp, top_p, min_p, top_k, seed, penalties (these two
+                                 * and k3_conv_set_logit_bias's apply to the answer only:
+                                 * the reasoning is drawn as the model gives it, and
+                                 * the counts are the answer's text tokens, those
+                                 * on_token marks content)                             */
+    char tool_choice[12];       /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
+    int  logprobs;              /* 1: on_token gets each answer text token's log-probability */
+    int  top_logprobs;          /* and that many alternatives (0..K3_TOP_LOGPROBS)        */
 } k3_conv_settings;
 
 typedef struct k3_conv k3_conv;
@@ -666,6 +708,11 @@ k3_status k3_conv_set_tools(k3_conv *c, const char *json);
  * "json_object" or "json_schema" with schema (JSON text, copied). Rendered only; enforcing
  * is k3_conv_set_grammar's. */
 k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
+/* The logit bias of the next turns' answers (k3_sampler_set_bias; the reasoning is drawn
+ * without it). b is not copied (each turn's sampler copies it when the turn begins to draw): it
+ * must outlive those turns, as k3_conv_set_grammar's g. n 0 clears. K3_ERR_ARG for a bad entry
+ * (nothing changed). */
+k3_status k3_conv_set_logit_bias(k3_conv *c, const k3_logit_bias *b, int n);
 /* The next turns' answers are drawn under g's token masks from the response channel on
  * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */
 void        k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
@@ -699,6 +746,19 @@ int k3_conv_restore_branch(k3_conv *c);
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
 int k3_conv_drop_oldest(k3_conv *c);
 
+/* A generated token (valid during the on_token call). */
+typedef struct k3_gen_token {
+    int32_t id;
+    /* 1: a token of the answer's text (the response channel, outside markers and tool calls;
+     * a special id only where the parser shows it as text) */
+    int           content;
+    const k3_tok *tok; /* the tokenizer: k3_tok_piece gives each id's bytes */
+    /* content tokens with settings.logprobs: k3_logprobs of the logits it was drawn from (the
+     * model's, before bias, penalties, temperature and mask); else NAN */
+    float             logprob;
+    const k3_logprob *top; /* (n_top) the settings.top_logprobs most likely ids */
+    int               n_top;
+} k3_gen_token;
 /* Generation (conv-gen.c). Callbacks get UTF-8 pieces of each channel as they decode
  * (never a broken sequence); called on the generating thread; any may be NULL. */
 typedef struct k3_conv_callbacks {
@@ -711,6 +771,9 @@ typedef struct k3_conv_callbacks {
      * and is the one the appended message stores. */
     void (*on_tool_call)(int index, const char *id, const char *name, const char *args, size_t n, int done,
                          void *ud);
+    /* Each generated token, before the text callbacks it causes (a token whose text the parser
+     * holds back, as part of a character, shows it with a later token's). */
+    void (*on_token)(const k3_gen_token *t, void *ud);
 } k3_conv_callbacks;
 /* Renders the history (which must end with a user message or a tool result) with the generation prompt,
  * prefills only what the session has not processed yet (prompt cache, snapshots),

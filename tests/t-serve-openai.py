@@ -83,7 +83,7 @@ try:
         ("temperature 3", dict(temperature=3), "invalid_value", "temperature"),
         ("n 2", dict(n=2), "unsupported_value", "n"),
         ("stop [1]", dict(stop=[1]), "invalid_type", "stop[0]"),
-        ("logit_bias", dict(logit_bias={"5": 10}), "unsupported_value", "logit_bias"),
+        ("a logit_bias id past the vocabulary", dict(logit_bias={"99999": 10}), "invalid_value", "logit_bias.99999"),
         ("a message without a role", dict(messages=[{"content": "x"}]), "invalid_type", "messages[0].role"),
     ]:
         st, o = post(**kw)
@@ -144,6 +144,8 @@ out.err = {};
 const text = (r) => (r.choices[0].message.reasoning ?? "") + "|" + (r.choices[0].message.content ?? "");
 const accepted = {
   n1: { n: 1 }, stop_string: { stop: "zz" }, stop_array: { stop: ["zz", "yy"] }, logprobs_false: { logprobs: false },
+  logprobs: { logprobs: true, top_logprobs: 2 }, presence_penalty: { presence_penalty: 0.5 },
+  frequency_penalty: { frequency_penalty: -1 }, logit_bias: { logit_bias: { "1": 5 } },
   temperature_2: { temperature: 2 }, top_p_0: { top_p: 0 }, penalties_0: { presence_penalty: 0, frequency_penalty: 0 },
   logit_bias_empty: { logit_bias: {} }, response_format_text: { response_format: { type: "text" } },
   tool_choice_none: { tool_choice: "none" }, parallel_tool_calls: { parallel_tool_calls: false },
@@ -157,9 +159,9 @@ for (const [k, extra] of Object.entries(accepted)) {
   } catch (e) { out.ok[k] = ["error", e.status, e.message]; }
 }
 const refused = {
-  n2: { n: 2 }, logprobs: { logprobs: true, top_logprobs: 2 }, top_logprobs: { top_logprobs: 2 },
-  temperature_3: { temperature: 3 }, top_p_2: { top_p: 2 }, presence_penalty: { presence_penalty: 0.5 },
-  frequency_penalty: { frequency_penalty: -1 }, logit_bias: { logit_bias: { "1": 5 } },
+  n2: { n: 2 }, top_logprobs: { top_logprobs: 2 }, top_logprobs_21: { logprobs: true, top_logprobs: 21 },
+  temperature_3: { temperature: 3 }, top_p_2: { top_p: 2 }, presence_penalty: { presence_penalty: 2.5 },
+  frequency_penalty: { frequency_penalty: -3 }, logit_bias: { logit_bias: { "1": 101 } },
   reasoning_effort_medium: { reasoning_effort: "medium" }, tool_choice_required: { tool_choice: "required" },
   functions: { functions: [{ name: "f", parameters: { type: "object" } }] }, function_call: { function_call: "none" },
   audio: { modalities: ["text", "audio"] }, web_search_options: { web_search_options: {} },
@@ -190,13 +192,13 @@ catch (e) { out.nope = [e.constructor.name, e.status, e.code ?? null]; }
         res = serve_lib.run_sdk(body, ["http://127.0.0.1:%d/v1" % PORT], cache, env, 300, T, "walk.cjs", cwd=cache)
         good = {k: v for k, v in res.get("ok", {}).items() if v[:2] == ["chat.completion", 1]}
         ok(res.get("ok") and len(good) == len(res["ok"]),
-           "OpenAI SDK: n 1, stop (string, array), logprobs false, temperature 2, top_p 0, penalties 0, an empty "
-           "logit_bias, response_format text, tool_choice none, parallel_tool_calls, user, metadata with store, "
+           "OpenAI SDK: n 1, stop (string, array), logprobs false and true, temperature 2, top_p 0, penalties 0 "
+           "and in range, an empty logit_bias and one entry, response_format text, tool_choice none, parallel_tool_calls, user, metadata with store, "
            "reasoning_effort low, service_tier, prompt_cache_key are answered (failed: %r)"
            % {k: v for k, v in res.get("ok", {}).items() if k not in good})
-        want = {"n2": "n", "logprobs": "logprobs", "top_logprobs": "top_logprobs", "temperature_3": "temperature",
-                "top_p_2": "top_p", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-                "logit_bias": "logit_bias", "reasoning_effort_medium": "reasoning_effort",
+        want = {"n2": "n", "top_logprobs": "top_logprobs", "top_logprobs_21": "top_logprobs",
+                "temperature_3": "temperature", "top_p_2": "top_p", "presence_penalty": "presence_penalty",
+                "frequency_penalty": "frequency_penalty", "logit_bias": "logit_bias.1", "reasoning_effort_medium": "reasoning_effort",
                 "tool_choice_required": "tool_choice", "functions": "functions", "function_call": "function_call",
                 "audio": "modalities[1]", "web_search_options": "web_search_options", "verbosity": "verbosity",
                 "service_tier": "service_tier", "unknown": "max_token", "both_max": None}

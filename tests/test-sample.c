@@ -1,6 +1,8 @@
 /* test-sample.c: sampler properties (sample.c): greedy is argmax, a seed reproduces a run,
  * top-k / top-p / min-p restrict the support to exactly the expected ids, and the draw
- * frequencies follow the tempered softmax. All draws are seeded, so nothing here is flaky. */
+ * frequencies follow the tempered softmax; the logit bias and OpenAI's penalties move greedy
+ * choices exactly where hand arithmetic on binary fractions says (ties go to the lower id), and
+ * k3_logprobs is log_softmax with its top list. All draws are seeded, so nothing here is flaky. */
 #include "k3.h"
 #include "test.h"
 
@@ -31,6 +33,149 @@ static int support_is(const int *count, const int *ids, int n) {
         if ((count[v] > 0) != in[v])
             return 0;
     return 1;
+}
+
+static int32_t greedy_biased(const float *l, const k3_logit_bias *b, int nb, const uint64_t *mask) {
+    k3_sampler_params p = {.temp = 0.0f, .top_p = 1.0f};
+    k3_sampler       *s = k3_sampler_new(&p);
+    int32_t           t = -2;
+    if (!k3_sampler_set_bias(s, b, nb))
+        t = mask ? k3_sampler_sample_masked(s, l, V, mask) : k3_sampler_sample(s, l, V);
+    k3_sampler_free(s);
+    return t;
+}
+
+static void test_bias(const float *l) {
+    T_CHECK(greedy_biased(l, (k3_logit_bias[]){{5, -100.0f}}, 1, NULL) == 9,
+            "bias -100 on the greedy id: the next");
+    T_CHECK(greedy_biased(l, (k3_logit_bias[]){{63, 100.0f}}, 1, NULL) == 63, "bias +100 forces an id");
+    /* l[9] = log .25 = -1.386; l[40] = log .1 + 1.1 = -1.203 > l[9] */
+    T_CHECK(greedy_biased(l, (k3_logit_bias[]){{5, -100.0f}, {40, 1.1f}}, 2, NULL) == 40,
+            "two entries add up independently");
+    T_CHECK(greedy_biased(l, (k3_logit_bias[]){{64, 100.0f}, {5, -0.5f}}, 2, NULL) == 5,
+            "an id past n is ignored; -0.5 leaves 5 (-1.19) above 9 (-1.39)");
+    uint64_t mask[1] = {(1ull << 9) | (1ull << 40)};
+    T_CHECK(greedy_biased(l, NULL, 0, mask) == 9, "masked greedy without a bias: 9 of {9, 40}");
+    T_CHECK(greedy_biased(l, (k3_logit_bias[]){{40, 1.1f}, {5, 100.0f}}, 2, mask) == 40,
+            "the mask after the bias: +1.1 lifts 40 over 9, and +100 cannot bring back masked 5");
+    k3_sampler_params p = {.temp = 0.0f, .top_p = 1.0f};
+    k3_sampler       *s = k3_sampler_new(&p);
+    T_CHECK(k3_sampler_set_bias(s, (k3_logit_bias[]){{3, 100.5f}}, 1) == K3_ERR_ARG &&
+                strstr(k3_errmsg(), "100.5"),
+            "a bias past 100 is refused, named (%s)", k3_errmsg());
+    T_CHECK(k3_sampler_set_bias(s, (k3_logit_bias[]){{-1, 1.0f}}, 1) == K3_ERR_ARG,
+            "a negative id is refused");
+    T_CHECK(k3_sampler_set_bias(s, (k3_logit_bias[]){{5, -100.0f}}, 1) == K3_OK &&
+                k3_sampler_sample(s, l, V) == 9,
+            "set");
+    k3_sampler_set_adjust(s, 0);
+    T_CHECK(k3_sampler_sample(s, l, V) == 5, "set_adjust 0: the logits as they are");
+    k3_sampler_set_adjust(s, 1);
+    T_CHECK(k3_sampler_set_bias(s, NULL, 0) == K3_OK && k3_sampler_sample(s, l, V) == 5,
+            "n 0 clears the bias");
+    k3_sampler_free(s);
+
+    /* seeded draws: a bias of -100 removes the id (e^-100 of the mass); an empty bias and zero
+     * penalties leave the draw sequence exactly as without them */
+    p             = (k3_sampler_params){.temp = 1.0f, .top_p = 1.0f, .seed = 42};
+    k3_sampler *a = k3_sampler_new(&p), *b = k3_sampler_new(&p);
+    k3_sampler_set_bias(b, (k3_logit_bias[]){{5, -100.0f}}, 1);
+    int same = 1, five = 0;
+    for (int i = 0; i < 2000; i++)
+        five += k3_sampler_sample(b, l, V) == 5;
+    k3_sampler_free(b);
+    b = k3_sampler_new(&p);
+    k3_sampler_set_bias(b, NULL, 0);
+    for (int i = 0; i < 2000; i++)
+        same &= k3_sampler_sample(a, l, V) == k3_sampler_sample(b, l, V);
+    T_CHECK(five == 0, "temp 1 with bias -100 on id 5 (p 0.5): never drawn in 2000 (%d)", five);
+    T_CHECK(same, "no bias: the same draws as a sampler that never had one");
+    k3_sampler_free(a);
+    k3_sampler_free(b);
+}
+
+/* Greedy choices after accepting ids: logits 1, 0.75, 0.5 (binary fractions, so each
+ * subtraction below is exact). */
+static void test_penalties(const float *l) {
+    float x[V];
+    for (int i = 0; i < V; i++)
+        x[i] = -40.0f;
+    x[0] = 1.0f, x[1] = 0.75f, x[2] = 0.5f;
+    k3_sampler_params p = {.temp = 0.0f, .top_p = 1.0f, .frequency_penalty = 0.25f};
+    k3_sampler       *s = k3_sampler_new(&p);
+    int32_t           t[4];
+    for (int k = 0; k < 4; k++) {
+        t[k] = k3_sampler_sample(s, x, V);
+        k3_sampler_accept(s, 0); /* id 0 counted k + 1 times: 1 - 0.25 (k + 1) */
+    }
+    /* counts 0, 1 (0.75: tie with id 1, the lower id wins), 2 (0.5 < 0.75), 3 */
+    T_CHECK(t[0] == 0 && t[1] == 0 && t[2] == 1 && t[3] == 1,
+            "frequency 0.25: id 0 leads until its count makes it 0.5 (%d %d %d %d)", t[0], t[1], t[2], t[3]);
+    k3_sampler_accept(s, 1); /* id 1: 0.75 - 0.25 = 0.5, id 2 0.5, id 0 0: the tie goes to 1 */
+    T_CHECK(k3_sampler_sample(s, x, V) == 1, "a tie at 0.5 between ids 1 and 2: the lower");
+    k3_sampler_accept(s, 1);
+    T_CHECK(k3_sampler_sample(s, x, V) == 2, "id 1 counted twice (0.25): id 2 (0.5)");
+    k3_sampler_free(s);
+
+    p = (k3_sampler_params){.temp = 0.0f, .top_p = 1.0f, .presence_penalty = 0.25f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept(s, 0);
+    int32_t once = k3_sampler_sample(s, x, V);
+    k3_sampler_accept(s, 0);
+    k3_sampler_accept(s, 0);
+    int32_t thrice = k3_sampler_sample(s, x, V);
+    k3_sampler_accept(s, 1); /* 0.5 for id 1; id 0 0.75 again the best */
+    int32_t both = k3_sampler_sample(s, x, V);
+    T_CHECK(once == 0 && thrice == 0 && both == 0,
+            "presence 0.25: a flat 0.25 whatever the count (0.75 ties id 1; lower id) (%d %d %d)", once,
+            thrice, both);
+    k3_sampler_free(s);
+
+    p = (k3_sampler_params){
+        .temp = 0.0f, .top_p = 1.0f, .presence_penalty = 0.125f, .frequency_penalty = 0.125f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept(s, 0); /* 1 - 0.125 - 0.125 = 0.75: the tie, id 0 */
+    int32_t a = k3_sampler_sample(s, x, V);
+    k3_sampler_accept(s, 0); /* 1 - 0.25 - 0.125 = 0.625 < 0.75 */
+    int32_t b = k3_sampler_sample(s, x, V);
+    k3_sampler_set_adjust(s, 0);
+    int32_t c = k3_sampler_sample(s, x, V);
+    T_CHECK(a == 0 && b == 1 && c == 0, "both: count * 0.125 + 0.125 (%d %d); off while set_adjust 0 (%d)", a,
+            b, c);
+    k3_sampler_free(s);
+
+    p = (k3_sampler_params){.temp = 0.0f, .top_p = 1.0f, .frequency_penalty = -2.0f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept(s, 40);
+    T_CHECK(k3_sampler_sample(s, l, V) == 40,
+            "a negative penalty raises: 40 (log .1 + 2 = -0.30) over 5 (-0.69)");
+    k3_sampler_free(s);
+}
+
+static void test_logprobs(void) {
+    float      x[4] = {logf(0.5f), logf(0.25f), logf(0.25f), NAN};
+    k3_logprob top[K3_TOP_LOGPROBS];
+    int        nt = -1;
+    float      lp = k3_logprobs(x, 4, 1, 2, top, &nt);
+    T_NEAR(lp, log(0.25), 1e-6, "log_softmax of id 1: log 0.25 (%g)", (double)lp);
+    T_CHECK(nt == 2 && top[0].id == 0 && top[1].id == 1,
+            "top 2: ids 0 and 1 (a tie with 2: the lower) (%d: %d %d)", nt, top[0].id, top[1].id);
+    T_NEAR(top[0].logprob, log(0.5), 1e-6, "top[0] is log 0.5 (%g)", (double)top[0].logprob);
+    lp = k3_logprobs(x, 4, 2, K3_TOP_LOGPROBS, top, &nt);
+    T_CHECK(nt == 3 && top[2].id == 2, "asked 20 of 3 numbers: 3, the NaN left out (%d)", nt);
+    double sum = 0;
+    for (int i = 0; i < nt; i++)
+        sum += exp((double)top[i].logprob);
+    T_NEAR(sum, 1.0, 1e-6, "the whole distribution sums to 1 (%g)", sum);
+    T_CHECK(isnan(k3_logprobs(x, 4, 3, 0, top, &nt)) && nt == 0, "a NaN id: NAN, k 0: no list");
+    T_CHECK(isnan(k3_logprobs(x, 4, 4, 1, top, &nt)), "an id out of range: NAN");
+    float y[3] = {1000.0f, 999.0f, -INFINITY};
+    lp         = k3_logprobs(y, 3, 1, 3, top, &nt);
+    T_NEAR(lp, -1.0 - log1p(exp(-1.0)), 1e-6, "no overflow at logit 1000 (%g)", (double)lp);
+    T_CHECK(nt == 2, "-inf (probability 0) is not an alternative (%d)", nt);
+    T_CHECK(k3_setting(K3_SETTING_TOP_LOGPROBS)->hi == K3_TOP_LOGPROBS,
+            "top_logprobs' row allows what k3_logprobs lists (%g, %d)",
+            k3_setting(K3_SETTING_TOP_LOGPROBS)->hi, K3_TOP_LOGPROBS);
 }
 
 int main(void) {
@@ -107,6 +252,10 @@ int main(void) {
     p = (k3_sampler_params){.temp = 1.0f, .top_p = 0.8f, .top_k = 2, .min_p = 0.0f, .seed = 4};
     draw(&p, l, 5000, count);
     T_CHECK(support_is(count, (int[]){5, 9}, 2), "top-k 2 then top-p 0.8 (of the renormalised pair): {5, 9}");
+
+    test_bias(l);
+    test_penalties(l);
+    test_logprobs();
 
     k3_sampler_params d;
     k3_sampler_params_default(NULL, &d);

@@ -27,6 +27,7 @@
 #include "json.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -954,11 +955,12 @@ struct k3_conv_gen {
     k3_status         st;   /* the turn's status so far                     */
     const int32_t    *feed; /* this step's feed: (n_feed) ids, pos0 before  */
     int               n_feed, pos0;
-    int32_t           tok1;    /* the decode step's token                      */
-    k3_gmatch        *gm;      /* the answer's grammar position (c->grammar)   */
-    uint64_t         *mask;    /* its token mask                               */
-    k3_ids            tclose;  /* set.think_budget: the ids that close the reasoning */
-    int               i_close; /* how many of them were written (0: none yet)     */
+    int32_t           tok1;                 /* the decode step's token                      */
+    k3_gmatch        *gm;                   /* the answer's grammar position (c->grammar)   */
+    uint64_t         *mask;                 /* its token mask                               */
+    k3_ids            tclose;               /* set.think_budget: the ids that close the reasoning */
+    int               i_close;              /* how many of them were written (0: none yet)     */
+    k3_logprob        top[K3_TOP_LOGPROBS]; /* the on_token report's alternatives */
 };
 
 /* Engine feed of several sessions (count >= 1), each[i] the status of ss[i]: one batched
@@ -988,6 +990,8 @@ static void prefill_done(k3_conv_gen *g) {
         return;
     if (!(g->smp = k3_sampler_new(&g->ts.sampling)))
         g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    else if ((g->st = k3_sampler_set_bias(g->smp, c->bias, c->n_bias)))
+        return;
     else if (c->grammar && !g->forced &&
              (!(g->st = k3_gmatch_new(c->grammar, &g->gm)) &&
               !(g->mask = k3_malloc((size_t)k3_grammar_words(c->grammar) * sizeof *g->mask))))
@@ -1035,6 +1039,7 @@ static void step_prepare(k3_conv_gen *g) {
     }
     int32_t id;
     int     chan = k3_chat_parser_channel(g->par);
+    k3_sampler_set_adjust(g->smp, chan == K3_CHAN_RESPONSE); /* bias, penalties: the answer's */
     if (g->forced)
         id = g->forced[g->gen.n];
     else if (g->tclose.n && g->i_close < (int)g->tclose.n &&
@@ -1057,13 +1062,27 @@ static void step_prepare(k3_conv_gen *g) {
                 g->st ? g->st : k3_err(K3_ERR_ARG, "conversation: the response format allows no token here");
             return;
         }
-    } else
-        id = k3_sampler_sample(g->smp, logits, g->info.vocab);
+    } else if ((id = k3_sampler_sample(g->smp, logits, g->info.vocab)) < 0) {
+        g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for sampling");
+        return;
+    }
     if (!g->gen.n)
         g->ts.ttft = k3_time() - g->t0;
     int in_think = k3_chat_parser_channel(g->par) == K3_CHAN_THINK;
-    if ((g->st = k3_ids_push(&g->gen, id)) || (g->st = k3_chat_parser_feed(g->par, id, &g->out)) ||
-        (g->st = emit(&g->out, g->has_cb ? &g->cb : NULL, &g->think, &g->resp, &g->ci, g->ts.sampling.seed)))
+    int text     = k3_chat_parser_in_text(g->par); /* before the feed: where this id lands */
+    if ((g->st = k3_ids_push(&g->gen, id)) || (g->st = k3_chat_parser_feed(g->par, id, &g->out)))
+        return;
+    /* the answer's text: an ordinary id, or a special one the parser shows as text */
+    int content = text && (!k3_tok_is_special(g->tok, id) || g->out.response_len);
+    if (content) /* the penalties count the answer's text */
+        k3_sampler_accept(g->smp, id);
+    if (g->has_cb && g->cb.on_token) {
+        k3_gen_token t = {.id = id, .content = content, .tok = g->tok, .logprob = NAN, .top = g->top};
+        if (content && c->set.logprobs)
+            t.logprob = k3_logprobs(logits, g->info.vocab, id, c->set.top_logprobs, g->top, &t.n_top);
+        g->cb.on_token(&t, g->cb.ud);
+    }
+    if ((g->st = emit(&g->out, g->has_cb ? &g->cb : NULL, &g->think, &g->resp, &g->ci, g->ts.sampling.seed)))
         return;
     g->ts.n_think += in_think;
     if (!g->think_done && k3_chat_parser_channel(g->par) != K3_CHAN_THINK) {

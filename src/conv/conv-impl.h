@@ -54,16 +54,18 @@ typedef struct conv_aban {
 } conv_aban;
 
 struct k3_conv {
-    k3_msg           *msgs;        /* (n_msgs) msgs[0] is the system prompt when it has that role */
-    char             *tools;       /* tool declarations (JSON array text), NULL when none         */
-    char              rf_type[16]; /* response_format: "" (text), "json_object", "json_schema"  */
-    char             *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
-    const k3_grammar *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
-    int               n_msgs, cap_msgs;
-    int               sys_since; /* the system prompt was set after this many of the other messages
-                                    (a /system mid-chat): those were answered without it
-                                    (transcript "since"; 0: from the start)                     */
-    conv_aban       *aban;       /* (n_aban) abandoned branches, in the order they were made    */
+    k3_msg              *msgs;        /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char                *tools;       /* tool declarations (JSON array text), NULL when none         */
+    char                 rf_type[16]; /* response_format: "" (text), "json_object", "json_schema"  */
+    char                *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
+    const k3_grammar    *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
+    const k3_logit_bias *bias;        /* (n_bias) k3_conv_set_logit_bias's (not owned), NULL: none  */
+    int                  n_bias;
+    int                  n_msgs, cap_msgs;
+    int                  sys_since; /* the system prompt was set after this many of the other messages
+                                       (a /system mid-chat): those were answered without it
+                                       (transcript "since"; 0: from the start)                     */
+    conv_aban       *aban;          /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
     k3_conv_settings set;
     uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */

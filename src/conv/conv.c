@@ -75,6 +75,10 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
                       k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
+    if (s->logprobs != 0 && s->logprobs != 1)
+        return k3_err(K3_ERR_ARG, "%s: logprobs = %d, expected 0 or 1", where, s->logprobs);
+    if (k3_setting_check(K3_SETTING_TOP_LOGPROBS, K3_SRC_API, s->top_logprobs, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     if (k3_setting_check(K3_SETTING_MAX_TOKENS, K3_SRC_API, s->max_tokens, err, sizeof err) ||
         k3_setting_check(K3_SETTING_THINK_BUDGET, K3_SRC_API, s->think_budget, err, sizeof err))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err); /* --max-tokens's and --think-budget's rows */
@@ -90,6 +94,9 @@ k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
     if (p->top_k < 0)
         return k3_err(K3_ERR_ARG, "%s: top_k %d is negative", where, p->top_k);
+    if (k3_setting_check(K3_SETTING_PRESENCE_PENALTY, K3_SRC_API, p->presence_penalty, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_FREQUENCY_PENALTY, K3_SRC_API, p->frequency_penalty, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     return K3_OK;
 }
 
@@ -375,6 +382,15 @@ k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *
 
 void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
     c->grammar = g;
+}
+
+k3_status k3_conv_set_logit_bias(k3_conv *c, const k3_logit_bias *b, int n) {
+    k3_status st = k3_sampler_set_bias(NULL, b, n); /* checked only: each turn's sampler copies it */
+    if (st)
+        return st;
+    c->bias   = n ? b : NULL;
+    c->n_bias = n;
+    return K3_OK;
 }
 
 k3_status k3_conv_set_tools(k3_conv *c, const char *json) {

@@ -7,11 +7,22 @@
  * Without any truncation no sort is needed: a single pass draws from the full softmax.
  * The PRNG is our own xoshiro256** seeded through splitmix64, so a seed reproduces a run on
  * every platform. Candidates are sorted by logit, ties by id, so the support is deterministic.
+ *
+ * A logit bias and OpenAI's penalties come first: the logits are copied once and the few ids
+ * they touch (the bias list, the ids generated so far) adjusted; the chain then reads the copy.
+ * Without either (the default) the logits are read in place, as before: the hot path has one
+ * extra branch per token. Penalty counts are a dense array over the ids seen (grown on demand)
+ * plus the list of distinct ids, so applying them costs the distinct ids generated, not n.
+ *
+ * k3_logprobs is independent of the sampler: log_softmax of the raw logits (the model's own
+ * distribution, as vLLM reports by default), the top k kept by insertion into a sorted list of
+ * at most 20 (one pass over n; most ids fail the first comparison).
  */
 #include "model-impl.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct cand {
     float   logit;
@@ -26,6 +37,15 @@ struct k3_sampler {
     int               cap;
     float            *masked; /* (mcap) logits with the masked ids at -inf */
     int               mcap;
+    k3_logit_bias    *bias; /* (n_bias) k3_sampler_set_bias's, copied */
+    int               n_bias;
+    int               adjust; /* 1: bias and penalties apply (k3_sampler_set_adjust) */
+    int32_t          *count;  /* (ccap) times each id was accepted (penalties on) */
+    int               ccap;
+    int32_t          *seen; /* (n_seen, seen_cap) the distinct ids accepted, in first order */
+    int               n_seen, seen_cap;
+    float            *work; /* (wcap) the adjusted logits */
+    int               wcap;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -61,6 +81,8 @@ void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p) {
     p->min_p = 0.0f;
     p->top_k = 0;
     p->seed  = 0;
+
+    p->presence_penalty = p->frequency_penalty = 0.0f;
 }
 
 k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
@@ -71,6 +93,7 @@ k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
         s->p = *p;
     else
         k3_sampler_params_default(NULL, &s->p);
+    s->adjust  = 1;
     uint64_t x = s->p.seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
@@ -83,7 +106,85 @@ void k3_sampler_free(k3_sampler *s) {
     free(s->c);
     free(s->prob);
     free(s->masked);
+    free(s->bias);
+    free(s->count);
+    free(s->seen);
+    free(s->work);
     free(s);
+}
+
+k3_status k3_sampler_set_bias(k3_sampler *s, const k3_logit_bias *b, int n) {
+    if (n < 0 || (n && !b))
+        return k3_err(K3_ERR_ARG, "logit bias: %d entries", n);
+    for (int i = 0; i < n; i++)
+        if (b[i].id < 0 || !(b[i].bias >= -100.0f && b[i].bias <= 100.0f))
+            return k3_err(K3_ERR_ARG,
+                          "logit bias: id %d, bias %g (expected an id >= 0 and a bias in [-100, 100])",
+                          (int)b[i].id, (double)b[i].bias);
+    if (!s)
+        return K3_OK; /* checked only */
+    k3_logit_bias *c = n ? malloc((size_t)n * sizeof *c) : NULL;
+    if (n && !c)
+        return k3_err(K3_ERR_NOMEM, "logit bias: out of memory");
+    if (n)
+        memcpy(c, b, (size_t)n * sizeof *c);
+    free(s->bias);
+    s->bias   = c;
+    s->n_bias = n;
+    return K3_OK;
+}
+
+void k3_sampler_set_adjust(k3_sampler *s, int on) {
+    s->adjust = on != 0;
+}
+
+void k3_sampler_accept(k3_sampler *s, int32_t id) {
+    if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) || id < 0)
+        return;
+    if (id >= s->ccap) { /* grown to the id (doubling): the vocabulary at most */
+        int      cap = id + 1 > 2 * s->ccap ? id + 1 : 2 * s->ccap;
+        int32_t *c   = realloc(s->count, (size_t)cap * sizeof *c);
+        if (!c)
+            return; /* out of memory: this token goes uncounted rather than fail the turn */
+        memset(c + s->ccap, 0, (size_t)(cap - s->ccap) * sizeof *c);
+        s->count = c;
+        s->ccap  = cap;
+    }
+    if (!s->count[id]) {
+        if (s->n_seen == s->seen_cap) {
+            int      cap = s->seen_cap ? 2 * s->seen_cap : 64;
+            int32_t *q   = realloc(s->seen, (size_t)cap * sizeof *q);
+            if (!q)
+                return;
+            s->seen     = q;
+            s->seen_cap = cap;
+        }
+        s->seen[s->n_seen++] = id;
+    }
+    s->count[id]++;
+}
+
+/* The logits the chain reads: as given when nothing adjusts them, else a copy with the bias
+ * and penalties applied (NULL when out of memory). */
+static const float *adjusted(k3_sampler *s, const float *logits, int n) {
+    if (!s->adjust || (!s->n_bias && !s->n_seen))
+        return logits;
+    if (s->wcap < n) {
+        float *w = realloc(s->work, (size_t)n * sizeof *w);
+        if (!w)
+            return NULL;
+        s->work = w;
+        s->wcap = n;
+    }
+    memcpy(s->work, logits, (size_t)n * sizeof *s->work);
+    for (int i = 0; i < s->n_bias; i++)
+        if (s->bias[i].id < n)
+            s->work[s->bias[i].id] += s->bias[i].bias;
+    const double fp = s->p.frequency_penalty, pp = s->p.presence_penalty;
+    for (int i = 0; i < s->n_seen; i++) /* only ids counted: count > 0 */
+        if (s->seen[i] < n)
+            s->work[s->seen[i]] = (float)((double)s->work[s->seen[i]] - (s->count[s->seen[i]] * fp + pp));
+    return s->work;
 }
 
 static int cand_cmp(const void *a, const void *b) {
@@ -101,11 +202,10 @@ static int32_t argmax(const float *l, int n) {
     return best;
 }
 
-int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
-    const k3_sampler_params *p = &s->p;
-    if (n <= 0 || !logits)
-        return -1;
-    int32_t best = argmax(logits, n);
+/* The chain after the adjustments, on logits as they are. */
+static int32_t draw(k3_sampler *s, const float *logits, int n) {
+    const k3_sampler_params *p    = &s->p;
+    int32_t                  best = argmax(logits, n);
     if (!(p->temp > 0) || isnan(logits[best]))
         return best;
     const double inv_t = 1.0 / (double)p->temp, mx = (double)logits[best];
@@ -164,12 +264,18 @@ int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
     return s->c[nc - 1].id;
 }
 
+int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
+    if (n <= 0 || !logits || !(logits = adjusted(s, logits, n)))
+        return -1;
+    return draw(s, logits, n);
+}
+
 /* The mask is applied by copying the logits with -inf for the ids it removes: the draw below
  * then never picks them (exp(-inf) is 0), and the order of the chain is unchanged. */
 int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, const uint64_t *mask) {
     if (!mask)
         return k3_sampler_sample(s, logits, n);
-    if (n <= 0 || !logits)
+    if (n <= 0 || !logits || !(logits = adjusted(s, logits, n)))
         return -1;
     if (!(s->p.temp > 0)) { /* greedy: the first maximum among the allowed ids, no copy */
         int32_t best = -1, first = -1;
@@ -202,6 +308,44 @@ int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, cons
     }
     if (!any)
         return -1;
-    int32_t id = k3_sampler_sample(s, s->masked, n);
+    int32_t id = draw(s, s->masked, n);
     return id >= 0 && (mask[id >> 6] >> (id & 63) & 1) ? id : -1;
+}
+
+/* ---- log-probabilities ------------------------------------------------------------- */
+
+float k3_logprobs(const float *logits, int n, int32_t id, int k, k3_logprob *top, int *n_top) {
+    int nt = 0;
+    k      = k < 0 ? 0 : k > K3_TOP_LOGPROBS ? K3_TOP_LOGPROBS : k;
+    if (n_top)
+        *n_top = 0;
+    if (n <= 0 || !logits)
+        return NAN;
+    int32_t best = argmax(logits, n);
+    if (isnan(logits[best]) || isinf(logits[best]))
+        return NAN; /* no number, or +inf (a distribution with no finite normaliser) */
+    const double mx  = logits[best];
+    double       sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(logits[i]))
+            continue;
+        /* expf of the float difference, summed in double: each term within 1e-7 relative (the
+         * result is a float anyway), at a third of the cost of exp in double */
+        sum += (double)expf(logits[i] - logits[best]);
+        if (k && !isinf(logits[i]) &&
+            (nt < k || logits[i] > top[nt - 1].logprob)) { /* sorted insertion, ties: lower id */
+            int at = nt < k ? nt++ : k - 1;
+            while (at > 0 && logits[i] > top[at - 1].logprob) {
+                top[at] = top[at - 1];
+                at--;
+            }
+            top[at] = (k3_logprob){i, logits[i]};
+        }
+    }
+    const double lse = mx + log(sum);
+    for (int i = 0; i < nt; i++)
+        top[i].logprob = (float)((double)top[i].logprob - lse);
+    if (n_top)
+        *n_top = nt;
+    return id >= 0 && id < n && !isnan(logits[id]) ? (float)((double)logits[id] - lse) : NAN;
 }

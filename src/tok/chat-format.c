@@ -609,6 +609,10 @@ int k3_chat_parser_channel(const k3_chat_parser *p) {
     return p->chan;
 }
 
+int k3_chat_parser_in_text(const k3_chat_parser *p) {
+    return p->chan == K3_CHAN_RESPONSE && !p->in_tag && p->mode == PM_TEXT && !p->ended;
+}
+
 int k3_chat_parser_n_calls(const k3_chat_parser *p) {
     return p->n_calls;
 }

@@ -11,6 +11,7 @@
 #include "serve.h"
 #include "text.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@ void sreq_free(sreq *r) {
     }
     free(r->msgs);
     free(r->tx);
+    free(r->bias);
     stools_req_free(&r->tl);
     sformat_free(&r->fmt);
     for (int i = 0; i < r->stop.n; i++) {
@@ -216,37 +218,62 @@ static int parse_vllm_sampling(json_t *b, sreq *r, perr *e) {
     return 0;
 }
 
-/* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (penalties 0 and a repetition_penalty of 1, no logprobs, no bias;
- * response_format is serve-format.c's). */
-static int parse_unsupported(json_t *b, perr *e) {
-    json_t            *v;
-    static const char *pen[] = {"frequency_penalty", "presence_penalty", "repetition_penalty"};
-    for (int k = 0; k < 3; k++) {
-        if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
-            continue;
+/* OpenAI's penalties (the settings table's rows), logit_bias and logprobs; vLLM's
+ * repetition_penalty is refused unless 1 (what the sampler does anyway). */
+#define SERVE_MAX_BIAS 300 /* logit_bias entries, OpenAI's limit */
+static int parse_penalties_bias(json_t *b, const k3_model_info *info, sreq *r, perr *e) {
+    json_t *v;
+    if (get_num(b, K3_SETTING_PRESENCE_PENALTY, &r->presence_penalty, e) ||
+        get_num(b, K3_SETTING_FREQUENCY_PENALTY, &r->frequency_penalty, e))
+        return -1;
+    if ((v = json_object_get(b, "repetition_penalty")) && !json_is_null(v)) {
         if (!json_is_number(v))
-            return bad(e, "invalid_type", "%s: expected a number", pen[k]);
-        if (json_number_value(v) != (k == 2 ? 1 : 0))
-            return bad(e, "unsupported_value", "%s: not supported (only %d)", pen[k], k == 2 ? 1 : 0);
+            return bad(e, "invalid_type", "repetition_penalty: expected a number");
+        if (json_number_value(v) != 1)
+            return bad(
+                e, "unsupported_value",
+                "repetition_penalty: not supported (only 1; presence_penalty and frequency_penalty are)");
     }
     if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
             return bad(e, "invalid_type", "logprobs: expected true or false");
-        if (json_is_true(v))
-            return bad(e, "unsupported_value", "logprobs: not supported");
+        r->logprobs = json_is_true(v);
     }
     if ((v = json_object_get(b, "top_logprobs")) && !json_is_null(v)) {
+        char err[256];
         if (!json_is_integer(v))
             return bad(e, "invalid_type", "top_logprobs: expected an integer");
-        if (json_integer_value(v) != 0)
-            return bad(e, "unsupported_value", "top_logprobs: not supported");
+        if (k3_setting_check(K3_SETTING_TOP_LOGPROBS, K3_SRC_API, (double)json_integer_value(v), err,
+                             sizeof err))
+            return bad(e, "invalid_value", "%s", err);
+        r->top_logprobs = (int)json_integer_value(v);
+        if (r->top_logprobs && !r->logprobs) /* OpenAI: "logprobs must be set to true" */
+            return bad(e, "invalid_value", "top_logprobs: needs \"logprobs\": true");
     }
-    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "logit_bias: expected an object");
-        if (json_object_size(v))
-            return bad(e, "unsupported_value", "logit_bias: not supported");
+    if (!(v = json_object_get(b, "logit_bias")) || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return bad(e, "invalid_type", "logit_bias: expected an object of token ids (strings) to numbers");
+    if (json_object_size(v) > SERVE_MAX_BIAS)
+        return bad(e, "invalid_value", "logit_bias: %zu entries (at most %d)", json_object_size(v),
+                   SERVE_MAX_BIAS);
+    if (json_object_size(v) && !(r->bias = calloc(json_object_size(v), sizeof *r->bias)))
+        return bad(e, "out_of_memory", "out of memory");
+    const char *key;
+    json_t     *x;
+    json_object_foreach(v, key, x) {
+        char *end;
+        errno        = 0;
+        long long id = strtoll(key, &end, 10);
+        if (!key[0] || *end || errno || !(key[0] >= '0' && key[0] <= '9') || (key[0] == '0' && key[1]) ||
+            id >= info->vocab)
+            return bad(e, "invalid_value",
+                       "logit_bias.%.40s: not a token id (expected 0..%d, as a decimal string)", key,
+                       info->vocab - 1);
+        if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
+            return bad(e, json_is_number(x) ? "invalid_value" : "invalid_type",
+                       "logit_bias.%s: expected a number from -100 to 100", key);
+        r->bias[r->n_bias++] = (k3_logit_bias){(int32_t)id, (float)json_number_value(x)};
     }
     return 0;
 }
@@ -427,9 +454,9 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
         !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_vllm_sampling(b, r, e) || parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
-        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) || sformat_parse(b, &r->fmt, e) ||
-        sformat_tools(&r->tl, &r->fmt, e))
+    if (parse_vllm_sampling(b, r, e) || parse_penalties_bias(b, info, r, e) ||
+        stools_parse_request(b, &r->tl, e) || stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) ||
+        sformat_parse(b, &r->fmt, e) || sformat_tools(&r->tl, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};

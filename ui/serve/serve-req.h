@@ -57,21 +57,25 @@ int sstop_add(sstop *st, const char *p, size_t n);
 size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold);
 
 typedef struct sreq {
-    smsg       *msgs; /* (n_msgs) */
-    int         n_msgs;
-    int         stream, include_usage;
-    int         think;        /* 1 on, 0 off */
-    char        effort[8];    /* low | high | max */
-    int         max_tokens;   /* 0 = up to the context */
-    int         think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
-    float       temp, top_p;
-    float       min_p; /* min_p (vLLM's): 0 = off                     */
-    int         top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
-    uint64_t    seed;
-    sstop       stop;
-    stools_req  tl;  /* tools, tool_choice (serve-tools.c)        */
-    sformat_req fmt; /* response_format, the answer's grammar (serve-format.c) */
-    stools_msg *tx;  /* (n_msgs) each message's tool calls / result ids */
+    smsg          *msgs; /* (n_msgs) */
+    int            n_msgs;
+    int            stream, include_usage;
+    int            think;        /* 1 on, 0 off */
+    char           effort[8];    /* low | high | max */
+    int            max_tokens;   /* 0 = up to the context */
+    int            think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
+    float          temp, top_p;
+    float          min_p; /* min_p (vLLM's): 0 = off                     */
+    int            top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
+    uint64_t       seed;
+    float          presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
+    k3_logit_bias *bias;                                /* (n_bias) logit_bias, ids in the vocabulary */
+    int            n_bias;
+    int            logprobs, top_logprobs; /* logprobs: true; top_logprobs 0..20 */
+    sstop          stop;
+    stools_req     tl;  /* tools, tool_choice (serve-tools.c)        */
+    sformat_req    fmt; /* response_format, the answer's grammar (serve-format.c) */
+    stools_msg    *tx;  /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
 /* The request in body b (a JSON object; nth, a number no other request has, goes into the default

@@ -86,6 +86,14 @@
 
 enum { J_QUEUED = 0, J_RUNNING, J_DONE };
 
+/* A logprobs entry (choices[].logprobs.content[]) of one token of the answer's text, released
+ * with the first response byte at or after `at` (where its text starts; a token the parser held
+ * back, part of a character, starts where the next one does). */
+typedef struct slp {
+    size_t  at;
+    json_t *o; /* {token, logprob, bytes, top_logprobs} */
+} slp;
+
 typedef struct job {
     sreq        r;
     int         state;   /* J_*; all fields below are guarded by srv.mu */
@@ -114,6 +122,9 @@ typedef struct job {
     int         n_think; /* of n_gen, the think channel's: usage.completion_tokens_details.reasoning_tokens */
     int         window;  /* its prefill's most tokens in one pass (k3_stats.window) */
     json_t     *calls;   /* the answer's tool_calls (NULL: none)       */
+    slp        *lp;      /* (n_lp, cap_lp) logprobs: the answer's text tokens' entries */
+    int         n_lp, cap_lp;
+    int         lp_sent;           /* of which released with their text (streamed, or in the answer) */
     int         open_calls;        /* calls begun whose close has not come       */
     char       *cut_id, *cut_name; /* the call begun last, while it is open   */
     txt_buf     cut_args;          /* its arguments so far                    */
@@ -209,6 +220,9 @@ static void job_unref_locked(job *j) {
     free(j->resp.p);
     free(j->reasoning.p);
     json_decref(j->calls);
+    for (int i = 0; i < j->n_lp; i++)
+        json_decref(j->lp[i].o);
+    free(j->lp);
     free(j->cut_id);
     free(j->cut_name);
     free(j->cut_args.p);
@@ -298,14 +312,39 @@ static json_t *usage_obj(const job *j) {
                      j->n_think);
 }
 
-static json_t *chunk(job *j, json_t *delta, const char *finish) {
+/* choices[].logprobs of the entries lp (an array, taken; NULL: null). */
+static json_t *logprobs_obj(json_t *lp) {
+    return lp ? json_pack("{s:o,s:n}", "content", lp, "refusal") : json_null();
+}
+
+/* A chunk; lp: the logprobs entries of its text (taken; NULL: none), sent with logprobs on. */
+static json_t *chunk_lp(job *j, json_t *delta, const char *finish, json_t *lp) {
     json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
                            finish ? json_string(finish) : json_null());
-    json_t *o  = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
-                           "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+    if (ch && j->r.logprobs)
+        json_object_set_new(ch, "logprobs", logprobs_obj(lp));
+    else
+        json_decref(lp);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
+                          "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
     if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
         json_object_set_new(o, "usage", json_null());
     return o;
+}
+
+static json_t *chunk(job *j, json_t *delta, const char *finish) {
+    return chunk_lp(j, delta, finish, NULL);
+}
+
+/* The entries whose text starts before byte `to` of the response (all: every one left), as a
+ * JSON array, marked released; NULL with logprobs off. */
+static json_t *lp_take(job *j, size_t to, int all) {
+    if (!j->r.logprobs)
+        return NULL;
+    json_t *a = json_array();
+    for (; j->lp_sent < j->n_lp && (all || j->lp[j->lp_sent].at < to); j->lp_sent++)
+        json_array_append(a, j->lp[j->lp_sent].o);
+    return a;
 }
 
 /* Reasoning goes out under both names with the same text: "reasoning" (vLLM since 0.16) and
@@ -313,10 +352,12 @@ static json_t *chunk(job *j, json_t *delta, const char *finish) {
 static const char *const reasoning_keys[] = {"reasoning", "reasoning_content"};
 
 /* A delta of one field ("content" or "reasoning", the latter under both its names); the first
- * also carries the role. */
-static void sse_delta(job *j, const char *field, const char *text, size_t n) {
-    if (!j->r.stream || !n)
+ * also carries the role. lp: the logprobs entries of the text (taken; NULL: none). */
+static void sse_delta(job *j, const char *field, const char *text, size_t n, json_t *lp) {
+    if (!j->r.stream || !n) {
+        json_decref(lp);
         return;
+    }
     if (!j->role_sent) {
         j->role_sent = 1;
         sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -325,7 +366,7 @@ static void sse_delta(job *j, const char *field, const char *text, size_t n) {
     int     think = !strcmp(field, "reasoning");
     for (int k = 0; k < (think ? 2 : 1); k++)
         json_object_set_new(d, think ? reasoning_keys[k] : field, json_stringn(text, n));
-    sse_json(j, chunk(j, d, NULL));
+    sse_json(j, chunk_lp(j, d, NULL, lp));
 }
 
 /* ---- the worker's callbacks ----------------------------------------------------------- */
@@ -336,7 +377,7 @@ static void on_think(const char *text, size_t n, void *ud) {
     if (j->gone)
         k3_conv_cancel(j->c);
     txt_buf_add(&j->reasoning, text, n);
-    sse_delta(j, "reasoning", text, n);
+    sse_delta(j, "reasoning", text, n, NULL);
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
     pthread_mutex_unlock(&srv.mu);
@@ -345,7 +386,7 @@ static void on_think(const char *text, size_t n, void *ud) {
 /* Release response bytes up to `to` (content + stream). */
 static void release(job *j, size_t to) {
     if (to > j->rel) {
-        sse_delta(j, "content", j->resp.p + j->rel, to - j->rel);
+        sse_delta(j, "content", j->resp.p + j->rel, to - j->rel, lp_take(j, to, 0));
         j->rel = to;
     }
 }
@@ -389,6 +430,60 @@ static void on_response(const char *text, size_t n, void *ud) {
     }
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+/* A token's text as OpenAI's logprobs give it: its bytes when they are UTF-8 (as jansson, which
+ * writes the string, checks them), else "bytes:" then each byte as \xHH (a token that is part of a
+ * character); bytes: the exact bytes. NULL when out of memory. */
+static json_t *lp_token(const k3_tok *tok, int32_t id, float logprob) {
+    size_t      n     = 0;
+    const char *p     = k3_tok_piece(tok, id, &n);
+    json_t     *bytes = json_array(), *text = p ? json_stringn(p, n) : json_string("");
+    for (size_t i = 0; p && i < n; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)p[i]));
+    if (!text) { /* not whole characters */
+        txt_buf t = {0};
+        txt_buf_add(&t, "bytes:", 6);
+        for (size_t i = 0; i < n; i++) {
+            char h[5];
+            snprintf(h, sizeof h, "\\x%02x", (unsigned char)p[i]);
+            txt_buf_add(&t, h, 4);
+        }
+        text = t.p ? json_stringn(t.p, t.n) : NULL;
+        free(t.p);
+    }
+    /* -inf (probability 0) as OpenAI writes a very unlikely token, which JSON cannot hold */
+    double lp = isinf(logprob) || isnan(logprob) ? -9999.0 : (double)logprob;
+    return json_pack("{s:o,s:f,s:o}", "token", text, "logprob", lp, "bytes", bytes);
+}
+
+static int grow_lp(job *j) {
+    int   cap = j->cap_lp ? 2 * j->cap_lp : 64;
+    void *p   = realloc(j->lp, (size_t)cap * sizeof *j->lp);
+    if (!p)
+        return 0;
+    j->lp     = p;
+    j->cap_lp = cap;
+    return 1;
+}
+
+static void on_token(const k3_gen_token *t, void *ud) {
+    job *j = ud;
+    if (!t->content || !j->r.logprobs)
+        return;
+    json_t *o = lp_token(t->tok, t->id, t->logprob), *top = json_array();
+    for (int i = 0; i < t->n_top; i++)
+        json_array_append_new(top, lp_token(t->tok, t->top[i].id, t->top[i].logprob));
+    if (json_object_set_new(o, "top_logprobs", top)) {
+        json_decref(o); /* out of memory: this entry is left out, the answer goes on */
+        return;
+    }
+    pthread_mutex_lock(&srv.mu);
+    if (j->stopped || (j->n_lp == j->cap_lp && !grow_lp(j)))
+        json_decref(o); /* past a stop string; or out of memory: the entry is left out */
+    else
+        j->lp[j->n_lp++] = (slp){j->resp.n, o};
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -505,21 +600,30 @@ static k3_status job_start(slot *sl, job *j) {
     set.max_tokens   = r->max_tokens;
     set.think_budget = r->think_budget;
     k3_sampler_params_default(srv.m, &set.sampling);
-    set.sampling.temp  = r->temp;
-    set.sampling.top_p = r->top_p;
-    set.sampling.top_k = r->top_k;
-    set.sampling.min_p = r->min_p;
-    set.sampling.seed  = r->seed;
+    set.sampling.temp              = r->temp;
+    set.sampling.top_p             = r->top_p;
+    set.sampling.top_k             = r->top_k;
+    set.sampling.min_p             = r->min_p;
+    set.sampling.seed              = r->seed;
+    set.sampling.presence_penalty  = r->presence_penalty;
+    set.sampling.frequency_penalty = r->frequency_penalty;
+    set.logprobs                   = r->logprobs;
+    set.top_logprobs               = r->top_logprobs;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
     k3_conv_set_grammar(sl->c, r->fmt.g);
-    if ((st = k3_conv_set_settings(sl->c, &set)) || (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
+    if ((st = k3_conv_set_settings(sl->c, &set)) ||
+        (st = k3_conv_set_logit_bias(sl->c, r->bias, r->n_bias)) ||
+        (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
         (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
     k3_conv_set_turn_seed(sl->c, r->seed);
-    k3_conv_callbacks cb = {
-        .on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
-    k3_model_info mi;
+    k3_conv_callbacks cb = {.on_think     = on_think,
+                            .on_response  = on_response,
+                            .ud           = j,
+                            .on_tool_call = on_tool_call,
+                            .on_token     = on_token};
+    k3_model_info     mi;
     k3_model_get_info(srv.m, &mi);
     return k3_conv_gen_begin(sl->c, srv.m, sl->s, &cb, srv.chunk ? srv.chunk : mi.window, &sl->g);
 }
@@ -529,7 +633,8 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
-    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar goes with it */
+    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar and bias go with it */
+    k3_conv_set_logit_bias(sl->c, NULL, 0);
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
@@ -546,6 +651,15 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     if (st == K3_OK || (st == K3_ABORTED && j->stopped)) {
         if (!j->stopped)
             stop_filter(j, 1);
+        json_t *rest = j->stopped ? NULL : lp_take(j, 0, 1); /* tokens that added no text at the end */
+        if (rest && json_array_size(rest) && j->r.stream) {
+            if (!j->role_sent) {
+                j->role_sent = 1;
+                sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+            }
+            sse_json(j, chunk_lp(j, json_pack("{s:s}", "content", ""), NULL, rest));
+        } else
+            json_decref(rest);
         j->finish = j->stopped || !last || last->stats.stop == K3_STOP_EOS ? "stop" : "length";
         if (!j->stopped && last && last->n_tool_calls > 0) { /* the stream sent them, cut or not */
             j->calls = stools_calls_json(last);
@@ -1062,6 +1176,12 @@ static void chat_completions(http_req *con) {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
                           "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
                           "message", msg, "finish_reason", j->finish, "usage", usage_obj(j));
+    if (o && j->r.logprobs) { /* the entries released with the answer's text */
+        json_t *lp = json_array();
+        for (int i = 0; i < j->lp_sent; i++)
+            json_array_append(lp, j->lp[i].o);
+        json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs", logprobs_obj(lp));
+    }
     job_unref_locked(j);
     pthread_mutex_unlock(&srv.mu);
     if (!o)
