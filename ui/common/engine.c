@@ -465,10 +465,11 @@ void ue_emit_call(ue *u, const char *name, const char *args, size_t n, int done)
         call_close(&b, &u->call_esc);
         u->call_open = 0;
     }
-    u->call_after = 0;
-    if (b.n)
+    if (b.n) {
+        u->call_after = 0; /* the call's own text needs no line break before it */
         ue_emit_token(u, EV_CH_RESPONSE, b.p, b.n);
-    u->call_after = !u->call_open && b.n;
+        u->call_after = !u->call_open;
+    }
     free(b.p);
 }
 
