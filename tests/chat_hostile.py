@@ -20,6 +20,8 @@
 #             pieces (the id repeated in the last), then get_time {}
 #   toolid    the same with the first call's id changed in its third piece
 #   toolidx   a call that opens at index 3
+#   toolmd    "Steps:" and a list item as text, then a call of shell whose arguments (TOOLMD_ARGS,
+#             in pieces of 7 characters) hold what Markdown would rewrite and a control character
 #   toolcut   get_weather {"city": "Paris"}, then get_time cut after '{"days": ' by finish_reason
 #             "length" (max_tokens inside the call)
 #   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
@@ -56,6 +58,9 @@ import time
 
 from serve_lib import FakeHandler, delta, sse, start_fake
 
+# \\ and \" (JSON escapes), *x*, backticks (a run of four), a line break and "# x" at a line's start,
+# BEL (a control character); the arguments need not be JSON
+TOOLMD_ARGS = '{"cmd": "a \\\\ \\"q\\" *x* `id` ````",\n# x\n"bell": "\x07"}'
 LONG_ID = "mm" + "\u00e9" * 150
 
 
@@ -154,6 +159,14 @@ class Fake(FakeHandler):
             out += sse(delta({"tool_calls": [{"index": 1, "id": "call_t", "type": "function", "function":
                                               {"name": "get_time", "arguments": '{"days": '}}]}))
             self.wfile.write(out + sse(delta({}, "length")) + b"data: [DONE]\n\n")
+            return
+        if last == "toolmd":  # a call whose arguments Markdown would rewrite, after a list
+            out = sse(delta({"content": "Steps:\n\n- first"}))
+            out += sse(delta({"tool_calls": [{"index": 0, "id": "call_m", "type": "function",
+                                              "function": {"name": "shell", "arguments": ""}}]}))
+            for k in range(0, len(TOOLMD_ARGS), 7):
+                out += sse(delta({"tool_calls": [{"index": 0, "function": {"arguments": TOOLMD_ARGS[k:k + 7]}}]}))
+            self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
             return
         if last in ("tools", "toolid", "toolidx"):  # OpenAI stream deltas of tool calls
             def tc(**c):

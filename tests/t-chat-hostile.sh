@@ -96,6 +96,21 @@ r = [json.loads(l) for l in open(sys.argv[1])]
 sys.exit(not (len(r) >= 3 and r[2]["n_calls"] == 2))' "$K3_TMP/reqs"
 printf 'jsontools\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8j" 2>"$K3_TMP/err8j"
 check "a tool call in a JSON answer (not a stream): shown too" grep -qx -e '-> lookup({"q": 1})' "$K3_TMP/out8j"
+# a call's arguments are shown as the model wrote them: in a code block of their own after the
+# text (a list left open included), never as Markdown (\\ showed as \, \" as ", *x* in italics,
+# `id` as code, "# x" as a heading in the full-screen chat), a control character escaped even in
+# line mode's answer into a pipe (it went out raw); the export has them in a fence longer than the
+# run of four backticks inside
+printf 'toolmd\n/export %s/toolmd.md\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8m" 2>"$K3_TMP/err8m"
+printf '%s\n' 'Steps:' '' '- first' '' '```tool-call' '-> shell({"cmd": "a \\ \"q\" *x* `id` ````",' \
+    '    # x' '    "bell": "\x07"})' '```' >"$K3_TMP/want8m"
+check "line mode: a tool call's arguments exactly as written, in a code block of their own" \
+    cmp "$K3_TMP/want8m" "$K3_TMP/out8m"
+printf '%s\n' '`````json' '{"cmd": "a \\ \"q\" *x* `id` ````",' '# x' '"bell": "\x07"}' '`````' >"$K3_TMP/want8e"
+check "/export: the arguments in a fence longer than their backticks, the control escaped" \
+    /usr/bin/python3 -c 'import sys; sys.exit(open(sys.argv[1]).read() not in open(sys.argv[2]).read())' \
+    "$K3_TMP/want8e" "$K3_TMP/toolmd.md"
 check "a call's id that changes mid-stream: refused, saying so" grep -qF \
     "malformed stream: tool call 0's id changed from 'call_a' to 'call_b' (the conversation is kept" "$K3_TMP/err8"
 check "... what came of it is shown closed" grep -qx -e '-> get_weather({"city": )' "$K3_TMP/out8"
@@ -407,6 +422,11 @@ check "... and the password is not" hasnt "pw-secret"
 type_line tools
 check "full-screen: a streamed tool call shows in the answer" wait_for '-> get_weather({"city": "Paris"})' 15
 check "... the second one too" wait_for '-> get_time({})' 5
+type_line toolmd
+check "full-screen: a call's arguments as written, not rendered as Markdown" \
+    wait_for '-> shell({"cmd": "a \\ \"q\" *x* `id` ````",' 15
+check "... '# x' at a line's start too (no heading)" has '│     # x'
+check "... and the control character escaped" has '"bell": "\x07"})'
 keys C-d
 check "... and Ctrl-D exits 0 (the warning is not a failure)" wait_for "EXIT=0" 10
 finish

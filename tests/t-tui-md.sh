@@ -229,6 +229,39 @@ sys.exit(1 if bad or b"1mnk" not in b else 0)' "$K3_TMP/evil8.bin"
 keys C-d
 wait_for "EXIT=0" 5
 
+# a tool call's name and arguments show as the model wrote them, in a box of their own after the
+# text (a list left open included), not as Markdown: \\ showed as \, \" as ", *x* in italics, `id`
+# as code, and the control character was left out. Streamed by the mock (3 bytes a token: the "é"
+# is cut), then a transcript loaded with a call whose arguments break lines ("# x" was a heading)
+cat >"$K3_TMP/call.txt" <<'EOF'
+delay 0
+response Run:\n\n- step
+EOF
+printf '%s\001"}\n' 'call shell {"cmd": "a \\ \"q\" *x* `id` ```` café ' >>"$K3_TMP/call.txt"
+tui_start 100 30 K3_MOCK="$K3_TMP/call.txt" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "go"
+check "a streamed tool call: its arguments exactly, the control escaped" \
+    wait_for '│ -> shell({"cmd": "a \\ \"q\" *x* `id` ```` café \x01"})' 10
+check "... in a box of its own after the list" has "┌─ tool-call ─"
+$PY -c 'import json
+a = "{\"cmd\": \"a \\\\ *x*\",\n# x\n\"bel\": \"\x07\"}"
+for m in ({"format": "k3chat-transcript", "version": 1, "tools": [{"type": "function", "function": {"name": "shell"}}]},
+          {"role": "user", "content": "go"},
+          {"role": "assistant", "content": "Run:\n\n- step", "tool_calls": [{"id": "c9", "type": "function",
+           "function": {"name": "shell", "arguments": a}}]}):
+    print(json.dumps(m))' >"$K3_TMP/call.jsonl"
+keys C-l; type_line "/load $K3_TMP/call.jsonl"
+check "a loaded tool call: its arguments' lines exactly" wait_for '│ -> shell({"cmd": "a \\ *x*",' 10
+check "... '# x' at a line's start indented, no heading" has '│     # x'
+check "... the control escaped" has '│     "bel": "\x07"})'
+keys C-d
+wait_for "EXIT=0" 5
+printf 'call\n' >"$K3_TMP/call-bad.txt"
+echo hi | K3_MOCK="$K3_TMP/call-bad.txt" "$K3CHAT" /no/model --plain >/dev/null 2>"$K3_TMP/call-bad.err"
+check "K3_MOCK: a call without a tool name is refused, naming the line" \
+    grep -qF "call-bad.txt:1: call '': expected a tool name, then its arguments" "$K3_TMP/call-bad.err"
+
 # on k3-nano (the real engine and conversation): /copy of a real answer, /edit then send
 n="$K3_SRC/models/k3-nano"
 if [ ! -f "$n/config.json" ]; then

@@ -2,7 +2,9 @@
  * (inline, fenced with a language, indented), lists (nested, ordered, task), quotes, tables with
  * CJK and emoji cells (aligned borders, degradation when too wide), links (OSC 8 or URL shown),
  * math spans, streaming (finished chunks kept, half-written constructs), code-block extraction
- * for /copy, OSC 52 encoding, and pathological input in bounded time and memory. */
+ * for /copy, OSC 52 encoding, pathological input in bounded time and memory, and tool calls in an
+ * answer (ue_emit_call, engine.c): a code block of their own whatever their arguments hold. */
+#include "engine.h"
 #include "md.h"
 #include "test.h"
 
@@ -1348,6 +1350,65 @@ static void test_themes(void) {
     }
 }
 
+/* The response text the backends send for a tool call (ue_emit_call), as the front ends get it:
+ * after an open list, the call streamed with its arguments cut every `step` bytes. */
+static void call_text(txt_buf *out, const char *before, const char *name, const char *args, size_t step) {
+    ue u   = {0};
+    u.out  = ev_queue_new(0);
+    out->n = 0;
+    if (!u.out)
+        return;
+    ue_emit_token(&u, EV_CH_RESPONSE, before, strlen(before));
+    ue_emit_call(&u, name, NULL, 0, 0);
+    for (size_t k = 0, n = strlen(args); k < n; k += step)
+        ue_emit_call(&u, NULL, args + k, n - k < step ? n - k : step, 0);
+    ue_emit_call(&u, NULL, NULL, 0, 1);
+    ue_emit_call(&u, "second", "{}", 2, 1);
+    ue_emit_token(&u, EV_CH_RESPONSE, "after", 5);
+    ui_ev e;
+    while (ev_pop(u.out, &e)) {
+        txt_buf_add(out, e.text, strlen(e.text));
+        ev_free(&e);
+    }
+    ev_queue_free(u.out);
+}
+
+/* A tool call's arguments were Markdown in the answer ("-> name(args)" in the text): \\ showed as
+ * \, *x* in italics, a line of backticks closed or opened a code block, "# x" was a heading. Now
+ * a call is a code block of its own holding the arguments exactly (controls escaped, continuation
+ * lines indented four), whatever they hold, however they were cut, after an open list too. */
+static void test_tool_calls(void) {
+    static const char args[] = "{\"cmd\": \"a \\\\ \\\"q\\\" *x* `id` caf\xc3\xa9 \x01\",\n```\n   ```\n~~~\n"
+                               "# x\n    ```\n\n- y\r\n> z\n}";
+    static const char want[] =
+        "-> sh({\"cmd\": \"a \\\\ \\\"q\\\" *x* `id` caf\xc3\xa9 \\x01\",\n    ```\n"
+        "       ```\n    ~~~\n    # x\n        ```\n    \n    - y\\x0D\n    > z\n    })\n";
+    txt_buf t = {0}, b = {0};
+    int     bad = 0, bad_n = 0;
+    char    first[512] = "";
+    for (size_t step = 1; step <= sizeof args; step++) {
+        call_text(&t, "Steps:\n\n- first", "sh", args, step);
+        int n  = md_code_block(t.p, t.n, 1, &b);
+        int ok = n == 2 && b.p && !strcmp(b.p, want);
+        ok     = ok && md_code_block(t.p, t.n, 2, &b) == 2 && b.p && !strcmp(b.p, "-> second({})\n");
+        if (!ok && !bad++) {
+            bad_n = n;
+            snprintf(first, sizeof first, "every %zu bytes: %s", step, b.p ? b.p : "");
+        }
+    }
+    T_CHECK(!bad,
+            "a call cut every 1..%zu bytes: two code blocks, the first the call exactly, the second "
+            "the next call (%d cuts wrong; the first: %d blocks, %s)",
+            sizeof args, bad, bad_n, first);
+    T_CHECK(render(t.p, 60, 0) == 0 && find("┌─ tool-call") >= 0 && line(find("┌─ tool-call"))[0] != ' ',
+            "the box starts at column 0: not inside the list before it");
+    int a = find("after");
+    T_CHECK(a >= 0 && !strcmp(line(a), "after"), "text after a call is a paragraph of its own ('%s')",
+            a >= 0 ? line(a) : "");
+    free(t.p);
+    free(b.p);
+}
+
 int main(void) {
     test_themes();
     test_blocks();
@@ -1369,6 +1430,7 @@ int main(void) {
     test_stream_quote_work();
     test_stream_random();
     test_copy();
+    test_tool_calls();
     test_format_chars();
     test_bad_input();
     md_doc_free(&D);

@@ -128,6 +128,9 @@ static int is_turn(int type) {
 
 void ue_turn_begin(ue *u, const k3_conv *c) {
     k3_conv *copy = u->autosave_on ? k3_conv_copy(c) : NULL; /* NULL: the rescue says why */
+    u->call_open  = 0; /* a call the turn before left open (stopped inside it) is not closed here */
+    u->call_after = 0;
+    u->call_esc.n = 0;
     pthread_mutex_lock(&u->mu);
     k3_conv_free(u->turn_conv);
     u->turn_conv = copy;
@@ -314,6 +317,10 @@ void ue_settings(ue *u, const ue_gen *g) {
  * token, or "\u0000" from a server) is shown as U+FFFD, as a NUL typed in a message is; the
  * conversation keeps the byte. */
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
+    if (u->call_after && ch == EV_CH_RESPONSE && n) { /* text after a call (ue_emit_call) */
+        u->call_after = 0;
+        ue_emit_token(u, ch, "\n", 1);
+    }
     size_t nul = 0;
     for (size_t i = 0; i < n; i++)
         nul += text[i] == 0;
@@ -397,32 +404,102 @@ double ue_mem_gb(void) {
     return (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e9;
 }
 
-/* ---- conversation edits shared by every backend that keeps a k3_conv ---------------------- */
+/* ---- tool calls in an answer ----------------------------------------------------------------
+ * A call shows in the answer's text as a code block of its own, so that the Markdown renderer of
+ * the full-screen chat draws its name and arguments as the model wrote them (no \\ shown as \,
+ * no *x* in italics, no heading) and line mode, which prints answers as the Markdown they
+ * are, prints them as they are too:
+ *
+ *     ```tool-call
+ *     -> name({"path": "a",
+ *         "text": "b"})
+ *     ```
+ *
+ * The fence opens at column 0 after a blank line, so it ends any list or quote the text before it
+ * left open. The first line inside starts with "->", and every further line (the arguments'
+ * own line breaks) is indented four spaces: a closing fence is indented three at most, so no line
+ * of the arguments can close the block, whatever backticks they hold, and the block is written as
+ * the arguments stream (their length is not known ahead). The arguments are verbatim, not
+ * pretty-printed: the bytes the tool gets, JSON escapes and all. Control characters in the name
+ * and arguments show as k3_escape's \xHH / \uHHHH (\n and \t stay as they are). */
 
-/* How a tool turn reads in the transcript view: an assistant message's calls after its text
- * ("-> tool name(arguments)"), a tool result as "tool name (call id):" and its output.
- * NULL for other messages (shown as they are) or out of memory. */
+/* Append s[0..n) to b escaped, with four spaces after each line break; st holds a character cut
+ * at the end (NULL: none). */
+static void call_text(k3_buf *b, k3_esc *st, const char *s, size_t n) {
+    k3_buf e = {0};
+    k3_escape(&e, st, s, n);
+    for (size_t i = 0; i < e.n; i++) {
+        k3_buf_add(b, e.p + i, 1);
+        if (e.p[i] == '\n')
+            k3_buf_add(b, "    ", 4);
+    }
+    free(e.p);
+}
+
+static void call_open(k3_buf *b, const char *name) {
+    static const char head[] = "\n\n```tool-call\n-> ";
+    k3_buf_add(b, head, sizeof head - 1);
+    call_text(b, NULL, name, strlen(name));
+    k3_buf_add(b, "(", 1);
+}
+
+static void call_close(k3_buf *b, k3_esc *st) {
+    if (st->n) /* the arguments ended inside a character */
+        call_text(b, NULL, st->hold, (size_t)st->n);
+    st->n                    = 0;
+    static const char tail[] = ")\n```"; /* text after it starts on a line of its own (ue_emit_token) */
+    k3_buf_add(b, tail, sizeof tail - 1);
+}
+
+void ue_emit_call(ue *u, const char *name, const char *args, size_t n, int done) {
+    k3_buf b = {0};
+    if (name) {
+        if (u->call_open)
+            call_close(&b, &u->call_esc);
+        call_open(&b, name);
+        u->call_open = 1;
+    }
+    if (n && u->call_open)
+        call_text(&b, &u->call_esc, args, n);
+    if (done && u->call_open) {
+        call_close(&b, &u->call_esc);
+        u->call_open = 0;
+    }
+    if (b.n) {
+        u->call_after = 0; /* the call's own text needs no line break before it */
+        ue_emit_token(u, EV_CH_RESPONSE, b.p, b.n);
+        u->call_after = !u->call_open;
+    }
+    free(b.p);
+}
+
+/* How a tool turn reads in the transcript view: an assistant message's calls after its text (as
+ * ue_emit_call shows them), a tool result as "tool name (call id):" and its output. NULL for
+ * other messages (shown as they are) or out of memory. */
 static char *tool_text(const k3_msg *m) {
     if (m->role != K3_ROLE_TOOL && m->n_tool_calls == 0)
         return NULL;
-    size_t n = strlen(m->content) + 64 + (m->tool_name ? strlen(m->tool_name) : 0) +
-               (m->tool_call_id ? strlen(m->tool_call_id) : 0);
-    for (int k = 0; k < m->n_tool_calls; k++)
-        n += 16 + strlen(m->tool_calls[k].name) +
-             (m->tool_calls[k].arguments ? strlen(m->tool_calls[k].arguments) : 0);
-    char *s = malloc(n), *w = s;
-    if (!s)
+    k3_buf b = {0};
+    if (m->role == K3_ROLE_TOOL) {
+        const char *name = m->tool_name ? m->tool_name : "result", *id = m->tool_call_id;
+        k3_buf_printf(&b, "tool %s%s%s%s:\n", name, id ? " (" : "", id ? id : "", id ? ")" : "");
+    }
+    k3_buf_add(&b, m->content, strlen(m->content));
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        const char *args = m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "";
+        k3_esc      st   = {0};
+        call_open(&b, m->tool_calls[k].name);
+        call_text(&b, &st, args, strlen(args));
+        call_close(&b, &st);
+    }
+    if (b.oom || k3_buf_add(&b, "", 1)) {
+        free(b.p);
         return NULL;
-    if (m->role == K3_ROLE_TOOL)
-        w += sprintf(w, "tool %s%s%s%s:\n", m->tool_name ? m->tool_name : "result",
-                     m->tool_call_id ? " (" : "", m->tool_call_id ? m->tool_call_id : "",
-                     m->tool_call_id ? ")" : "");
-    w += sprintf(w, "%s", m->content);
-    for (int k = 0; k < m->n_tool_calls; k++)
-        w += sprintf(w, "%s-> %s(%s)", w > s ? "\n" : "", m->tool_calls[k].name,
-                     m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "");
-    return s;
+    }
+    return b.p;
 }
+
+/* ---- conversation edits shared by every backend that keeps a k3_conv ---------------------- */
 
 void ue_send_history(ue *u, const k3_conv *c) {
     ui_ev e = {.type = EV_RESET};

@@ -17,6 +17,7 @@
 #pragma once
 #include "opts.h"
 #include "ev.h"
+#include "k3.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,8 +63,13 @@ struct ue {
     int no_autosave;               /* the autosave could not be enabled (worker only) */
     int no_input_line;             /* line mode off a terminal: a refused message is not offered
                                       again (set by the front end before its first command) */
-    unsigned posted;               /* commands posted so far (UI thread only); each is
-                                      answered by one EV_ACK, EV_CMD_QUIT excepted  */
+    /* The tool call streaming now (ue_emit_call, worker thread only; ue_turn_begin
+     * resets it): */
+    int      call_open;  /* a call was opened and not closed                             */
+    int      call_after; /* the response's last text is a call's end                      */
+    k3_esc   call_esc;   /* a character of its arguments cut between two pieces            */
+    unsigned posted;     /* commands posted so far (UI thread only); each is
+                            answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;
     int       stopping; /* ue_stop posted the quit (UI thread only) */
     pthread_t th;
@@ -143,6 +149,11 @@ static inline int ue_cancelled(ue *u) {
 }
 /* Post a token / message / text event (helpers for backends). */
 void ue_emit_token(ue *u, int ch, const char *text, size_t n);
+/* A tool call of the answer, to the front end as part of the response's text (the one display
+ * of a call, engine.c "tool calls in an answer"): name (non-NULL) opens it, args[0..n) is a
+ * piece of its arguments as the model writes them, done closes it. Calls come one after another
+ * (one opens after the one before closed). Every backend streams its calls so. */
+void ue_emit_call(ue *u, const char *name, const char *args, size_t n, int done);
 void ue_emitf(ue *u, int type, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* For backends that keep the conversation in a k3_conv (worker.c, remote.c): */

@@ -14,6 +14,8 @@
  *     autosave         the conversation autosaves (in $XDG_DATA_HOME/k3chat), as a model's does
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
+ *     call NAME ARGS   a tool call of the current turn, after its text: ARGS (the rest of the
+ *                      line) are its arguments, byte for byte (no {user} or \n there)
  *     error TEXT       the turn fails with this message
  *     stderr TEXT      the turn starts by writing TEXT and a newline to fd 2 (as a library's
  *                      message would come)
@@ -39,8 +41,10 @@
 #include <time.h>
 
 typedef struct mturn {
-    char *think, *response, *error, *err_line;
-    int   delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms, stall_rescue_ms;
+    char  *think, *response, *error, *err_line;
+    char **call_name, **call_args; /* (n_calls) its tool calls */
+    int    n_calls;
+    int    delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms, stall_rescue_ms;
 } mturn;
 
 typedef struct mock {
@@ -66,6 +70,30 @@ static void append(char **dst, const char *s) {
         d[a++] = '\n';
     memcpy(d + a, s, b + 1);
     *dst = d;
+}
+
+/* "NAME ARGS" of a call directive into t; -1 without a name or out of memory. */
+static int add_call(mturn *t, const char *arg) {
+    size_t nl = strcspn(arg, " ");
+    if (!nl)
+        return -1;
+    char **n = realloc(t->call_name, (size_t)(t->n_calls + 1) * sizeof *n);
+    if (n)
+        t->call_name = n;
+    char **a = realloc(t->call_args, (size_t)(t->n_calls + 1) * sizeof *a);
+    if (a)
+        t->call_args = a;
+    if (!n || !a)
+        return -1;
+    n[t->n_calls] = strndup(arg, nl);
+    a[t->n_calls] = strdup(arg[nl] ? arg + nl + 1 : "");
+    if (!n[t->n_calls] || !a[t->n_calls]) {
+        free(n[t->n_calls]);
+        free(a[t->n_calls]);
+        return -1;
+    }
+    t->n_calls++;
+    return 0;
 }
 
 static int parse_script(mock *m, const char *path, int *load_ms, char *err, size_t errn) {
@@ -134,6 +162,14 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             append(&t->think, arg);
         } else if (kw == 8 && !strncmp(line, "response", 8)) {
             append(&t->response, arg);
+        } else if (kw == 4 && !strncmp(line, "call", 4)) {
+            if (add_call(t, arg)) {
+                snprintf(err, errn, "K3_MOCK: %s:%d: call '%s': expected a tool name, then its arguments",
+                         path, lineno, arg);
+                fclose(f);
+                free(line);
+                return -1;
+            }
         } else if (kw == 5 && !strncmp(line, "error", 5)) {
             append(&t->error, arg);
         } else if (kw == 6 && !strncmp(line, "stderr", 6)) {
@@ -324,6 +360,26 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
         cancelled = stream(u, m, t, EV_CH_THINK, think, t0, &t_first, &n_think, &n_resp, &think_s, ev_now());
     if (!cancelled)
         cancelled = stream(u, m, t, EV_CH_RESPONSE, resp, t0, &t_first, &n_think, &n_resp, &think_s, 0);
+    int           n_calls = 0; /* the calls streamed whole (a call stopped inside is not kept) */
+    k3_tool_call *calls   = t->n_calls ? calloc((size_t)t->n_calls, sizeof *calls) : NULL;
+    char(*ids)[24]        = t->n_calls ? calloc((size_t)t->n_calls, sizeof *ids) : NULL;
+    for (int k = 0; k < t->n_calls && calls && ids && !cancelled; k++) {
+        const char *a = t->call_args[k];
+        size_t      n = strlen(a);
+        ue_emit_call(u, t->call_name[k], NULL, 0, 0);
+        for (size_t o = 0; o < n && !cancelled; o += 3) { /* 3 bytes a token, as the text */
+            if (t->delay_ms)
+                sleep_ms(t->delay_ms);
+            ue_emit_call(u, NULL, a + o, n - o < 3 ? n - o : 3, 0);
+            n_resp++;
+            cancelled = ue_cancelled(u);
+        }
+        if (cancelled)
+            break;
+        ue_emit_call(u, NULL, NULL, 0, 1);
+        snprintf(ids[k], sizeof ids[k], "call_%d", k);
+        calls[n_calls++] = (k3_tool_call){.id = ids[k], .name = t->call_name[k], .arguments = a};
+    }
     for (int k = 0; k < t->hold_ms / 10 && !cancelled; k++) {
         sleep_ms(10);
         cancelled = ue_cancelled(u);
@@ -333,11 +389,13 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     size_t tl       = (size_t)n_think * 3 < strlen(think) ? (size_t)n_think * 3 : strlen(think);
     resp[rl]        = 0;
     think[tl]       = 0;
-    k3_msg a        = {.role        = K3_ROLE_ASSISTANT,
-                       .content     = resp,
-                       .reasoning   = g->think ? think : NULL,
-                       .interrupted = cancelled,
-                       .has_stats   = 1};
+    k3_msg a        = {.role         = K3_ROLE_ASSISTANT,
+                       .content      = resp,
+                       .reasoning    = g->think ? think : NULL,
+                       .interrupted  = cancelled,
+                       .has_stats    = 1,
+                       .tool_calls   = calls,
+                       .n_tool_calls = n_calls};
     a.stats.n_gen   = n_think + n_resp;
     a.stats.n_think = n_think;
     a.stats.ttft    = t_first > 0 ? t_first - t0 : 0;
@@ -353,6 +411,8 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     ui_ev d = {.type = EV_DONE, .i = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK};
     fill_stats(m, &d.st, t0, t_first, n_think, n_resp, think_s);
     ev_push(u->out, &d);
+    free(calls);
+    free(ids);
 out:
     free(think);
     free(resp);
@@ -423,6 +483,12 @@ static void mock_close(void *self) {
         free(m->turns[k].response);
         free(m->turns[k].error);
         free(m->turns[k].err_line);
+        for (int c = 0; c < m->turns[k].n_calls; c++) {
+            free(m->turns[k].call_name[c]);
+            free(m->turns[k].call_args[c]);
+        }
+        free(m->turns[k].call_name);
+        free(m->turns[k].call_args);
     }
     free(m->turns);
     k3_conv_free(m->c);

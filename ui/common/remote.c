@@ -385,23 +385,19 @@ static int answer_room(remote *r, size_t n) {
     return -1;
 }
 
-/* A tool call is shown in the response as the local engine shows one: "-> name(arguments)". */
+/* A tool call is shown in the response as the local engine shows one (ue_emit_call). */
 static void call_show(remote *r, rcall *c) {
     if (c->shown || !c->name)
         return;
     if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
         r->half[1] = 0;
     c->shown = 1;
-    ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
-    ue_emit_token(r->u, EV_CH_RESPONSE, c->name, strlen(c->name));
-    ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
-    if (c->args.n)
-        ue_emit_token(r->u, EV_CH_RESPONSE, c->args.p, c->args.n);
+    ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
 }
 
 static void call_close(remote *r, rcall *c) {
     if (c->shown == 1) {
-        ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
+        ue_emit_call(r->u, NULL, NULL, 0, 1);
         c->shown = 2;
     }
 }
@@ -524,7 +520,7 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
                 return -1;
             if (c->shown == 1)
-                ue_emit_token(r->u, EV_CH_RESPONSE, a, n);
+                ue_emit_call(r->u, NULL, a, n, 0);
         }
         call_show(r, c);
     }

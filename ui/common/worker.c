@@ -107,21 +107,13 @@ static void on_response(const char *t, size_t n, void *ud) {
     on_piece(ud, EV_CH_RESPONSE, t, n);
 }
 /* A conversation with tools (a loaded transcript's): the model's calls are shown in the
- * response pane as they stream, "-> name(arguments)", as loaded tool turns are shown. */
+ * response as they stream (ue_emit_call), as loaded tool turns are shown. */
 static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done,
                          void *ud) {
     real *r = ud;
+    (void)index;
     (void)id;
-    if (name) {
-        (void)index;
-        ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
-        ue_emit_token(r->u, EV_CH_RESPONSE, name, strlen(name));
-        ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
-    }
-    if (n)
-        ue_emit_token(r->u, EV_CH_RESPONSE, args, n);
-    if (done)
-        ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
+    ue_emit_call(r->u, name, args, n, done);
 }
 
 /* The sampling of a command: the user's values, or the model's generation defaults where the
