@@ -29,8 +29,9 @@ tmux_width() { # tmux_width TEXT: columns the cursor advances
     tmux_end "$_W"
     echo "${_x:-0}"
 }
-w_fam=$(tmux_width "$FAM"); w_jp=$(tmux_width "$JP"); w_skin=$(tmux_width "$SKIN")
-echo "tmux $(tmux -V): family $w_fam, flag $w_jp, skin tone $w_skin columns"
+HEART=$(printf '\342\235\244\357\270\217') # heart + VS16: a text character in emoji presentation
+w_fam=$(tmux_width "$FAM"); w_jp=$(tmux_width "$JP"); w_skin=$(tmux_width "$SKIN"); w_vs=$(tmux_width "$HEART")
+echo "tmux $(tmux -V): family $w_fam, flag $w_jp, skin tone $w_skin, heart + VS16 $w_vs columns"
 
 # the answer: a list of 30 rows; even rows carry a family and a flag, odd rows a lone woman in
 # the same column (the family's stand-in: where a family moves onto a lone woman, curses sees no
@@ -197,6 +198,16 @@ if [ "$w_skin" -gt 2 ]; then
 else
     check "a kind the terminal draws in 2 columns is drawn whole (skin tone)" wait_for "got [x $SKIN y]" 5
 fi
+# heart + VS16: counted as wide as this tmux draws it (the probe; tmux 3.3a: 1 column, where
+# k3chat counted 2 and padded a space after it), so what follows sits right after it, in the
+# answer and in the input line, and the cursor is where tmux puts it after the typed text
+type_line "v${HEART}y"; wait_for "got [v" 10
+check "heart + VS16 ($w_vs columns here): no gap after it in the answer" wait_for "got [v${HEART}y]" 5
+keys -l "v${HEART}x"; wait_until "the typed line" 10 last_row "› v*x"
+check "... nor in the input line" sh -c "[ \"\$($T capture-pane -p | tail -n 1)\" = '› v${HEART}x' ]"
+check "... and the cursor is after the x, where tmux puts it (column $((4 + w_vs)))" \
+    sh -c "[ \"\$($T display -p '#{cursor_x}')\" = $((4 + w_vs)) ]"
+keys C-u
 keys C-d; wait_for "EXIT=0" 5
 
 # the Linux console: stand-ins without a probe

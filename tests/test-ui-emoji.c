@@ -68,7 +68,8 @@ static void test_probe(void) {
     int asks = 0;
     for (size_t k = 0; k + 3 < req.n; k++)
         asks += !memcmp(req.p + k, "\033[6n", 4);
-    T_CHECK(asks == EMJ_PROBE_N && strstr(req.p, FAM) && strstr(req.p, FLAG) && strstr(req.p, SKIN),
+    T_CHECK(asks == EMJ_PROBE_N && strstr(req.p, FAM) && strstr(req.p, FLAG) && strstr(req.p, SKIN) &&
+                strstr(req.p, HEART),
             "it writes each sample and asks the cursor position after each (%d)", asks);
     T_CHECK(req.n >= 13 && !memcmp(req.p + req.n - 13, "\033[c\033[1;1H\033[2K", 13),
             "... then device attributes, and erases");
@@ -89,6 +90,11 @@ static void test_probe(void) {
             "a family 6 columns wide (xterm) is not drawn whole");
     T_CHECK(emj_probe_result(w2, 3) == EMJ_ALL, "1 column fits the 2 reserved");
     T_CHECK(emj_probe_result(w1, 0) == 0, "no reply: nothing drawn whole");
+    /* the VS16 sample (a heart): tmux 3.3a keeps it in 1 column, kitty gives it 2 */
+    int w3[4] = {2, 2, 4, 1}, w4[4] = {2, 2, 2, 2}, w5[4] = {2, 2, 2, 3};
+    T_CHECK(emj_probe_vs16(w3, 4) == 1 && emj_probe_vs16(w4, 4) == 2, "VS16 measured 1 and 2 columns");
+    T_CHECK(emj_probe_vs16(w5, 4) == 0 && emj_probe_vs16(w3, 3) == 0, "another width, or no reply: unknown");
+    T_CHECK(emj_probe_result(w3, 4) == (EMJ_ZWJ | EMJ_FLAG), "the VS16 sample is no kind drawn whole");
 
     /* replies are bytes, not C strings: nothing is read past n */
     const char raw[8] = {'\033', '[', '5', ';', '1', '2', 'R', 'X'};

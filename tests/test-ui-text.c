@@ -84,6 +84,17 @@ int main(void) {
     T_CHECK(W("👍🏽") == 2, "emoji + skin-tone modifier is 2 columns (got %d)", W("👍🏽"));
     T_CHECK(W("🇯🇵") == 2, "flag (regional indicator pair) is 2 columns (got %d)", W("🇯🇵"));
     T_CHECK(W("❤\uFE0F") == 2, "text symbol + VS16 is 2 columns (got %d)", W("❤\uFE0F"));
+    /* a terminal that keeps VS16 in the base character's cell (tmux 3.3, xterm: the probe) */
+    txt_vs16_set(1);
+    T_CHECK(W("❤\uFE0Fx") == 2, "VS16 1 column wide: heart + VS16 + x is 2 columns (got %d)", W("❤\uFE0Fx"));
+    T_CHECK(W("1\uFE0F\u20E3") == 1, "... a keycap 1 (got %d)", W("1\uFE0F\u20E3"));
+    T_CHECK(W("😀\uFE0F") == 2, "... a wide emoji with VS16 stays 2 (got %d)", W("😀\uFE0F"));
+    T_CHECK(W("\U0001F3F3\uFE0F\u200D\U0001F308") == 2, "... a ZWJ sequence stays 2 (got %d)",
+            W("\U0001F3F3\uFE0F\u200D\U0001F308"));
+    txt_vs16_set(3);
+    T_CHECK(txt_vs16() == 1, "a width other than 1 or 2 is ignored (got %d)", txt_vs16());
+    txt_vs16_set(2);
+    T_CHECK(W("❤\uFE0Fx") == 3, "VS16 2 columns wide again: 3 columns (got %d)", W("❤\uFE0Fx"));
     T_CHECK(W("e\u0301") == 1, "e + combining acute is 1 column (got %d)", W("e\u0301"));
     T_CHECK(W("a\u0308\u0323b") == 2, "two combining marks on one base (got %d)", W("a\u0308\u0323b"));
     T_CHECK(W("한국어") == 6, "Hangul syllables are 2 columns (got %d)", W("한국어"));

@@ -26,10 +26,10 @@ static utf8proc_int32_t decode(const char *s, size_t n, size_t *len) {
 }
 
 static int is_emoji_pres(utf8proc_int32_t cp) {
-    /* Pictographs that terminals draw two columns wide even when utf8proc's East Asian width
-     * table says 1 only with VS16: treat the cluster as an emoji when one of these joins. */
-    return cp == 0xFE0F || cp == 0x200D || (cp >= 0x1F1E6 && cp <= 0x1F1FF) ||
-           (cp >= 0x1F3FB && cp <= 0x1F3FF);
+    /* What joins a cluster into an emoji sequence that terminals draw two columns wide (a ZWJ,
+     * a flag's second letter, a skin tone); U+FE0F (VS16) makes one of a one-column pictograph
+     * only in some terminals (txt_vs16), and txt_cluster counts it apart. */
+    return cp == 0x200D || (cp >= 0x1F1E6 && cp <= 0x1F1FF) || (cp >= 0x1F3FB && cp <= 0x1F3FF);
 }
 
 /* Columns of one code point as a terminal (and curses' wcwidth) gives it a cell: utf8proc's
@@ -46,6 +46,17 @@ static int cp_width(utf8proc_int32_t cp) {
     return w < 0 ? 1 : w;
 }
 
+static int vs16_cols = 2;
+
+void txt_vs16_set(int cols) {
+    if (cols == 1 || cols == 2)
+        vs16_cols = cols;
+}
+
+int txt_vs16(void) {
+    return vs16_cols;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -57,7 +68,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     size_t           len;
     utf8proc_int32_t cp = decode(s, n, &len), prev = cp;
-    int              w = 0, f = 0, emoji = 0;
+    int              w = 0, f = 0, emoji = 0, vs16 = 0;
     utf8proc_int32_t state = 0;
     if (cp < 0) {
         *width = 1;
@@ -98,7 +109,9 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
             int ri = c2 >= 0x1F1E6 && c2 <= 0x1F1FF, tone = c2 >= 0x1F3FB && c2 <= 0x1F3FF;
             if (cp_width(c2) > 0 && prev != 0x200D && !(ri && emoji && ncp == 1) && !(tone && w == 2))
                 break;
-            if (is_emoji_pres(c2))
+            if (c2 == 0xFE0F)
+                vs16 = 1;
+            else if (is_emoji_pres(c2))
                 emoji = 1;
             off += l2;
             prev = c2;
@@ -107,6 +120,9 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         }
         break;
     }
+    /* U+FE0F alone makes a one-column character an emoji only where the terminal widens it */
+    if (vs16 && (emoji || w != 1 || vs16_cols == 2))
+        emoji = 1;
     if (emoji && (ncp > 1 || w == 2)) {
         w = 2;
         f |= TXT_F_EMOJI;

@@ -27,6 +27,14 @@ enum { TXT_F_TAB = 1, TXT_F_NL = 2, TXT_F_SPACE = 4, TXT_F_INVALID = 8, TXT_F_CT
  * width (tabs: 0, the caller expands them by column) and TXT_F_* flags. */
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags);
 
+/* Columns of a text-default character made an emoji by U+FE0F (VARIATION SELECTOR-16, as in
+ * "\u2764\uFE0F"): 2 (the default; kitty, wezterm, foot, iTerm2) or 1 (tmux 3.3, xterm, VTE:
+ * the terminal keeps the base character's cell). Process-wide: the terminal UI sets it from its
+ * width probe (tui-emoji.c), so layout, cursor and drawing count such clusters as the terminal
+ * draws them. txt_vs16_set takes 1 or 2 (others are ignored). */
+void txt_vs16_set(int cols);
+int  txt_vs16(void);
+
 /* Display width of s[0..n) starting at column col0 (tabs depend on the column). */
 int txt_width(const char *s, size_t n, int col0);
 

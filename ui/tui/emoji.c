@@ -107,8 +107,9 @@ static const char *const samples[EMJ_PROBE_N] = {
     "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7", /* woman ZWJ woman ZWJ girl */
     "\xF0\x9F\x87\xAB\xF0\x9F\x87\xB7",                                         /* F R: the flag of France */
     "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",                                         /* thumbs up, medium skin   */
+    "\xE2\x9D\xA4\xEF\xB8\x8F", /* heart + VS16 (EMJ_PROBE_VS16) */
 };
-static const int sample_kind[EMJ_PROBE_N] = {EMJ_ZWJ, EMJ_FLAG, EMJ_MOD};
+static const int sample_kind[EMJ_PROBE_N] = {EMJ_ZWJ, EMJ_FLAG, EMJ_MOD, 0};
 
 int emj_probe_request(txt_buf *out) {
     int rc = 0;
@@ -177,6 +178,13 @@ int emj_probe_result(const int *widths, int n_w) {
         if (widths[i] >= 1 && widths[i] <= 2)
             ok |= sample_kind[i];
     return ok;
+}
+
+int emj_probe_vs16(const int *widths, int n_w) {
+    if (n_w <= EMJ_PROBE_VS16)
+        return 0;
+    int w = widths[EMJ_PROBE_VS16];
+    return w == 1 || w == 2 ? w : 0;
 }
 
 void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {

@@ -437,8 +437,8 @@ static void ent_build(tui *t, int i, int width, int count) {
 /* Lines entry i takes at width, cached in the entry while what they depend on stays. */
 static int ent_lines(tui *t, int i, int width) {
     entry   *e    = &t->ents[i];
-    int64_t  a[8] = {width,       t->raw,    e->role,  (int64_t)e->text.n, (int64_t)e->think.n,
-                     e->expanded, e->queued, e->status};
+    int64_t  a[9] = {width,       t->raw,    e->role,   (int64_t)e->text.n, (int64_t)e->think.n,
+                     e->expanded, e->queued, e->status, txt_vs16()};
     uint64_t key  = tui_hash(TUI_HASH0, a, sizeof a);
     if (e->nl > 0 && e->nl_key == key)
         return e->nl;

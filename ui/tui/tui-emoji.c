@@ -20,6 +20,12 @@
  * stand-ins, and its replies are still taken off the input when they come later (a slow link),
  * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch).
  *
+ * The probe also measures a text-default character made an emoji by VS16 (U+2764 U+FE0F): many
+ * terminals (tmux 3.3, xterm, VTE) keep it in one cell, others widen it to two. Where it took
+ * one column, text.c counts such clusters 1 wide (txt_vs16) and curses gets the character with
+ * its selector in one cell: the terminal still picks the glyph, and the columns agree. Elsewhere
+ * (2 columns, no reply, K3_EMOJI set) they count 2, as before.
+ *
  * Escape sequences: ESC 7 / ESC 8 (save, restore cursor and attributes), CSI row;col H,
  * CSI ... m (SGR: the cell's colors and attributes), CSI 6 n and CSI c (the probe), CSI 2 K.
  */
@@ -101,11 +107,18 @@ static int probe_read(int wait_ms) {
     return fin;
 }
 
+/* What the replies so far measured: the kinds drawn whole, and the width of a text character
+ * with VS16 (2, as without a probe, unless the terminal drew it in 1 column). */
+static void probe_apply(void) {
+    E.kinds = emj_probe_result(pr.widths, pr.n_w);
+    txt_vs16_set(emj_probe_vs16(pr.widths, pr.n_w) == 1 ? 1 : 2);
+}
+
 /* The probe over (its reply came, or LATE_MS passed): the kinds measured, what is held to
  * curses as keys (ahead of those given back already, which were typed later). */
 static void probe_end(void) {
     pr.pending = 0;
-    E.kinds    = emj_probe_result(pr.widths, pr.n_w);
+    probe_apply();
     for (size_t k = pr.have; k > 0; k--)
         ungetch((unsigned char)pr.buf[k - 1]);
     pr.have = 0;
@@ -129,7 +142,7 @@ void tui_emoji_probe(void) {
     if (probe_read(PROBE_MS)) {
         probe_end();
     } else { /* stand-ins until the replies come */
-        E.kinds     = emj_probe_result(pr.widths, pr.n_w);
+        probe_apply();
         pr.pending  = 1;
         pr.deadline = now_ms() + LATE_MS;
     }
@@ -141,10 +154,10 @@ done:
 int tui_emoji_late(void) {
     if (!pr.pending)
         return 0;
-    int kinds = E.kinds;
+    int kinds = E.kinds, vs16 = txt_vs16();
     if (probe_read(0) || now_ms() > pr.deadline)
         probe_end();
-    return pr.pending ? 0 : E.kinds != kinds;
+    return pr.pending ? 0 : E.kinds != kinds || txt_vs16() != vs16;
 }
 
 /* The look of attribute a as SGR. */

@@ -1141,7 +1141,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             suspend(t);
         if (got_cont)
             resume(t);
-        if (keys && tui_emoji_late()) {
+        if (keys && tui_emoji_late()) { /* the widths may have changed: wrap again */
+            t->tc_think.width = t->tc_resp.width = -1;
             clearok(curscr, TRUE);
             t->dirty = DIRTY_ALL;
         }
