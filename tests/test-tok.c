@@ -531,6 +531,16 @@ static void test_ids_parse(void) {
                 k3_errmsg());
     }
     k3_ids_free(&ids);
+    /* Growth past what size_t counts is refused before v is read (v holds 1 id here): the hand
+     * doubling wrapped ids->n + n, or cap * 4 bytes, to a short block and copied past it. */
+    int32_t one[1] = {5};
+    k3_ids_push(&ids, 7);
+    st = k3_ids_append(&ids, one, SIZE_MAX);
+    T_CHECK(st == K3_ERR_NOMEM && ids.n == 1 && ids.v[0] == 7, "n + SIZE_MAX ids: refused (%s)", k3_errmsg());
+    st = k3_ids_append(&ids, one, SIZE_MAX / 2);
+    T_CHECK(st == K3_ERR_NOMEM && ids.n == 1 && ids.v[0] == 7, "SIZE_MAX / 2 ids: refused, ids kept (%s)",
+            k3_errmsg());
+    k3_ids_free(&ids);
     st = k3_ids_parse(" \n", 40, &ids);
     T_CHECK(!st && ids.n == 0, "no ids: none appended");
     k3_ids_free(&ids);

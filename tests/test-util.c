@@ -133,8 +133,38 @@ static void grow_checks(void) {
     free(a);
 }
 
+/* k3_grow_z, the same doubling for size_t capacities (json, k3_ids, st-write, wmap, the
+ * markdown layout): capacities, contents kept, and NULL with the array and capacity untouched
+ * where the doubled capacity would pass SIZE_MAX / elem or SIZE_MAX itself (a hand-written
+ * `cap * 2` wraps there, to a short allocation or a loop that never ends). */
+static void grow_z_checks(void) {
+    size_t    cap  = 0;
+    uint64_t *a    = k3_grow_z(NULL, &cap, 1, sizeof *a, 8);
+    uint64_t *same = a ? k3_grow_z(a, &cap, 8, sizeof *a, 8) : NULL;
+    int       ok   = a && same == a && cap == 8;
+    for (size_t i = 0; ok && i < 8; i++)
+        a[i] = i * 11;
+    uint64_t *b = ok ? k3_grow_z(a, &cap, 17, sizeof *b, 8) : NULL; /* 8 -> 16 -> 32 */
+    ok          = ok && b && cap == 32 && b[0] == 0 && b[7] == 77;
+    a           = b ? b : a;
+    T_CHECK(ok, "k3_grow_z: 8 from nothing, kept at 8 for 8, 32 for 17, contents kept (cap %zu)", cap);
+    size_t c0 = 0;
+    char  *c  = k3_grow_z(NULL, &c0, 5, 1, 0);
+    T_CHECK(c && c0 == 8, "k3_grow_z: first 0 starts from 1 (1, 2, 4, 8 for 5: %zu)", c0);
+    free(c);
+    size_t half = SIZE_MAX / sizeof *a / 2 + 1, past = SIZE_MAX / 2 + 1, zero = 0;
+    void  *n1 = k3_grow_z(a, &half, half + 1, sizeof *a, 8);
+    void  *n2 = k3_grow_z(a, &past, past + 1, 1, 8);
+    void  *n3 = k3_grow_z(NULL, &zero, SIZE_MAX, 1, 1);
+    T_CHECK(!n1 && half == SIZE_MAX / sizeof *a / 2 + 1 && !n2 && past == SIZE_MAX / 2 + 1 && !n3 && !zero,
+            "k3_grow_z: NULL past SIZE_MAX / elem elements and past SIZE_MAX, the capacity untouched");
+    T_CHECK(a[7] == 77, "k3_grow_z: a refused growth leaves the array as it was");
+    free(a);
+}
+
 int main(void) {
     grow_checks();
+    grow_z_checks();
     k3_status st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is bad", "x.safetensors", "w");
     T_CHECK(st == K3_ERR_FORMAT, "k3_err returns its status");
     T_CHECK(!strcmp(k3_errmsg(), "x.safetensors: tensor 'w' is bad"), "message recorded (%s)", k3_errmsg());

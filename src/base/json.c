@@ -237,14 +237,14 @@ static k3_status read_number(jrd *r, jv *v) {
 static k3_status read_value(jrd *r, jv *v, int depth);
 
 static k3_status push_item(jv *c, jv *val, jv *key) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 4;
-        jv    *it  = realloc(c->items, cap * sizeof *it);
+    if (c->n == c->cap) { /* items and keys share cap: each grows from the old one */
+        size_t cap = c->cap, kcap = c->cap;
+        jv    *it = k3_grow_z(c->items, &cap, c->n + 1, sizeof *it, 4);
         if (!it)
             return k3_err(K3_ERR_NOMEM, "json: out of memory");
         c->items = it;
         if (c->kind == JV_OBJECT) {
-            jv *ks = realloc(c->keys, cap * sizeof *ks);
+            jv *ks = k3_grow_z(c->keys, &kcap, c->n + 1, sizeof *ks, 4);
             if (!ks)
                 return k3_err(K3_ERR_NOMEM, "json: out of memory");
             c->keys = ks;

@@ -50,10 +50,7 @@ void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and u
  * K3_ERR_ARG naming it when malformed. Called by k3_params_default. */
 k3_status k3_hugepages_init(void);
 char     *k3_strdup(const char *s);
-/* An array of *cap elements of elem bytes made to hold need: p when it does, else p reallocated
- * to the first of first, 2 first, 4 first, ... (or twice *cap, ...) that holds need, *cap set.
- * NULL, with p and *cap unchanged, on out of memory or past INT_MAX elements or SIZE_MAX bytes:
- * the caller reports it (K3_ERR_NOMEM in its words). Assign the result to p only when not NULL. */
+/* k3_grow_z (k3.h) for an int capacity: NULL also past INT_MAX elements. */
 void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first);
 
 /* Open a model file read-only as a regular file (every file of a model directory opens here):

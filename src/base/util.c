@@ -196,18 +196,34 @@ void k3_machine_memory(double *phys, double *limit, double *room) {
 
 /* ---- allocation ---- */
 
-void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first) {
-    if (need <= (size_t)*cap && *cap > 0)
+/* The one doubling: *cap (or first, when 0) doubled until it holds need, refused past max elements
+ * or SIZE_MAX bytes; *cap is set only when the array was (re)allocated. */
+static void *grow(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max) {
+    if (need <= *cap && *cap > 0)
         return p;
-    size_t c = *cap > 0 ? (size_t)*cap : (size_t)(first > 0 ? first : 1);
+    if (elem > 1 && max > SIZE_MAX / elem)
+        max = SIZE_MAX / elem;
+    size_t c = *cap > 0 ? *cap : first > 0 ? first : 1;
     while (c < need) {
-        if (c > INT_MAX / 2)
+        if (c > max / 2)
             return NULL;
         c *= 2;
     }
-    if (c > SIZE_MAX / elem)
+    if (c > max || !elem)
         return NULL;
     void *q = realloc(p, c * elem);
+    if (q)
+        *cap = c;
+    return q;
+}
+
+void *k3_grow_z(void *p, size_t *cap, size_t need, size_t elem, size_t first) {
+    return grow(p, cap, need, elem, first, SIZE_MAX);
+}
+
+void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first) {
+    size_t c = *cap > 0 ? (size_t)*cap : 0;
+    void  *q = grow(p, &c, need, elem, first > 0 ? (size_t)first : 1, INT_MAX);
     if (q)
         *cap = (int)c;
     return q;

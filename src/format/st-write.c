@@ -86,13 +86,10 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
         e.n *= (uint64_t)shape[i];
         e.shape[i] = shape[i];
     }
-    if (w->n_ent == w->cap_ent) {
-        size_t   cap = w->cap_ent ? w->cap_ent * 2 : 256;
-        stw_ent *ne  = realloc(w->ent, cap * sizeof *ne);
-        if (!ne)
-            return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-        w->ent = ne, w->cap_ent = cap;
-    }
+    stw_ent *ne = k3_grow_z(w->ent, &w->cap_ent, w->n_ent + 1, sizeof *ne, 256);
+    if (!ne)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    w->ent = ne;
     if (!(e.name = k3_strdup(name)))
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
     w->ent[w->n_ent++] = e;

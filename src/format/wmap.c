@@ -241,13 +241,10 @@ static const char *key(scan *c) {
 }
 
 static int push(wm_map *m, size_t *cap, const char *name, const char *file) {
-    if (m->n == *cap) {
-        size_t    nc = *cap ? 2 * *cap : 1024;
-        wm_entry *ne = realloc(m->e, nc * sizeof *ne);
-        if (!ne)
-            return -1;
-        m->e = ne, *cap = nc;
-    }
+    wm_entry *ne = k3_grow_z(m->e, cap, m->n + 1, sizeof *ne, 1024);
+    if (!ne)
+        return -1;
+    m->e         = ne;
     m->e[m->n++] = (wm_entry){.name = name, .file = file};
     return 0;
 }
@@ -478,13 +475,10 @@ int wm_scan_header(char *text, size_t len, wm_tensor_cb cb, void *ud, size_t *at
         const char *k = key(&c);
         if (!k)
             goto stop;
-        if (nk == cap) {
-            size_t       nc  = cap ? 2 * cap : 1024;
-            const char **nkk = realloc(keys, nc * sizeof *nkk);
-            if (!nkk)
-                goto stop;
-            keys = nkk, cap = nc;
-        }
+        const char **nkk = k3_grow_z(keys, &cap, nk + 1, sizeof *nkk, 1024);
+        if (!nkk)
+            goto stop;
+        keys       = nkk;
         keys[nk++] = k;
         if (!strcmp(k, "__metadata__")) {
             if (value(&c, 1))

@@ -38,16 +38,14 @@ void k3_ids_free(k3_ids *ids) {
 }
 
 static k3_status ids_reserve(k3_ids *ids, size_t extra) {
+    if (extra > SIZE_MAX - ids->n)
+        return k3_err(K3_ERR_NOMEM, "token ids: out of memory for %zu + %zu ids", ids->n, extra);
     if (ids->n + extra <= ids->cap)
-        return K3_OK;
-    size_t cap = ids->cap ? ids->cap : 64;
-    while (cap < ids->n + extra)
-        cap *= 2;
-    int32_t *v = realloc(ids->v, cap * sizeof *v);
+        return K3_OK; /* nothing to add to an empty one allocates nothing */
+    int32_t *v = k3_grow_z(ids->v, &ids->cap, ids->n + extra, sizeof *v, 64);
     if (!v)
-        return k3_err(K3_ERR_NOMEM, "token ids: out of memory for %zu ids", cap);
-    ids->v   = v;
-    ids->cap = cap;
+        return k3_err(K3_ERR_NOMEM, "token ids: out of memory for %zu ids", ids->n + extra);
+    ids->v = v;
     return K3_OK;
 }
 

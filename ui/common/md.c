@@ -36,14 +36,10 @@ int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int lin
             return 0;
         }
     }
-    if (d->n_runs == d->cap_runs) {
-        size_t  cap = d->cap_runs ? d->cap_runs * 2 : 256;
-        md_run *r   = realloc(d->runs, cap * sizeof *r);
-        if (!r)
-            return -1;
-        d->runs     = r;
-        d->cap_runs = cap;
-    }
+    md_run *r = k3_grow_z(d->runs, &d->cap_runs, d->n_runs + 1, sizeof *r, 256);
+    if (!r)
+        return -1;
+    d->runs              = r;
     d->runs[d->n_runs++] = (md_run){off, (uint32_t)len, (int16_t)role, link};
     return 0;
 }
@@ -191,14 +187,10 @@ static int st_add(styled *s, const char *p, size_t n, int role, int link) {
         s->sp[s->n_sp - 1].len += n;
         return 0;
     }
-    if (s->n_sp == s->cap_sp) {
-        size_t cap = s->cap_sp ? s->cap_sp * 2 : 64;
-        span  *sp  = realloc(s->sp, cap * sizeof *sp);
-        if (!sp)
-            return -1;
-        s->sp     = sp;
-        s->cap_sp = cap;
-    }
+    span *sp = k3_grow_z(s->sp, &s->cap_sp, s->n_sp + 1, sizeof *sp, 64);
+    if (!sp)
+        return -1;
+    s->sp            = sp;
     s->sp[s->n_sp++] = (span){off, n, role, link};
     return 0;
 }
@@ -437,16 +429,12 @@ int md_table_add_rows(table *dst, const table *src, int from, const md_doc *src_
     if (txt_buf_add(&dst->st.t, src->st.t.p + tb, src->st.t.n - tb))
         return -1;
     for (size_t k = sb; k < src->st.n_sp; k++) {
-        span sp = src->st.sp[k];
-        if (dst->st.n_sp == dst->st.cap_sp) {
-            size_t cap = dst->st.cap_sp ? dst->st.cap_sp * 2 : 64;
-            span  *p   = realloc(dst->st.sp, cap * sizeof *p);
-            if (!p)
-                return -1;
-            dst->st.sp     = p;
-            dst->st.cap_sp = cap;
-        }
-        sp.off = sp.off - tb + t0;
+        span  sp = src->st.sp[k];
+        span *p  = k3_grow_z(dst->st.sp, &dst->st.cap_sp, dst->st.n_sp + 1, sizeof *p, 64);
+        if (!p)
+            return -1;
+        dst->st.sp = p;
+        sp.off     = sp.off - tb + t0;
         if (sp.link >= 0) { /* its URL into url, where the layout's doc takes it from */
             const md_link *l = &src_doc->links[sp.link];
             if ((sp.link = md_doc_link(url, src_doc->text.p + l->off, l->len)) < 0)
@@ -456,15 +444,11 @@ int md_table_add_rows(table *dst, const table *src, int from, const md_doc *src_
     }
     dst->st.sp0 = dst->st.n_sp;
     for (size_t i = i0; i < src->n_cells; i++) {
-        cell c = src->cells[i];
-        if (dst->n_cells == dst->cap_cells) {
-            size_t cap = dst->cap_cells ? dst->cap_cells * 2 : 32;
-            cell  *p   = realloc(dst->cells, cap * sizeof *p);
-            if (!p)
-                return -1;
-            dst->cells     = p;
-            dst->cap_cells = cap;
-        }
+        cell  c = src->cells[i];
+        cell *p = k3_grow_z(dst->cells, &dst->cap_cells, dst->n_cells + 1, sizeof *p, 32);
+        if (!p)
+            return -1;
+        dst->cells = p;
         c.row += row0;
         c.t0                       = c.t0 - tb + t0;
         c.t1                       = c.t1 - tb + t0;
@@ -827,17 +811,13 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         table *t = r->tb;
         if (!t)
             break;
-        if (t->n_cells == t->cap_cells) {
-            size_t cap = t->cap_cells ? t->cap_cells * 2 : 32;
-            cell  *c   = realloc(t->cells, cap * sizeof *c);
-            if (!c) {
-                r->err = r->d->oom = 1;
-                break;
-            }
-            t->cells     = c;
-            t->cap_cells = cap;
+        cell *c = k3_grow_z(t->cells, &t->cap_cells, t->n_cells + 1, sizeof *c, 32);
+        if (!c) {
+            r->err = r->d->oom = 1;
+            break;
         }
-        int col = 0;
+        t->cells = c;
+        int col  = 0;
         if (t->n_cells && t->cells[t->n_cells - 1].row == t->n_rows - 1)
             col = t->cells[t->n_cells - 1].col + 1;
         t->st.sp0              = t->st.n_sp;

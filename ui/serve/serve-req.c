@@ -633,15 +633,13 @@ int sreq_big_ints(const char *b, size_t n, char **out, size_t *out_n, char *err,
                                  : "");
                     return -1;
                 }
-                if (n_big == cap) {
-                    size_t *a = realloc(at, (cap = cap ? 2 * cap : 8) * sizeof *a);
-                    if (!a) {
-                        free(at);
-                        snprintf(err, errn, "out of memory");
-                        return -1;
-                    }
-                    at = a;
+                size_t *a = k3_grow_z(at, &cap, n_big + 1, sizeof *a, 8);
+                if (!a) {
+                    free(at);
+                    snprintf(err, errn, "out of memory");
+                    return -1;
                 }
+                at          = a;
                 at[n_big++] = j;
             }
             i = j;
