@@ -141,24 +141,19 @@ void k3_sampler_set_adjust(k3_sampler *s, int on) {
 void k3_sampler_accept(k3_sampler *s, int32_t id) {
     if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) || id < 0)
         return;
-    if (id >= s->ccap) { /* grown to the id (doubling): the vocabulary at most */
-        int      cap = id + 1 > 2 * s->ccap ? id + 1 : 2 * s->ccap;
-        int32_t *c   = realloc(s->count, (size_t)cap * sizeof *c);
+    if (id >= s->ccap) { /* grown to hold the id (doubling) */
+        int      old = s->ccap;
+        int32_t *c   = k3_grow(s->count, &s->ccap, (size_t)id + 1, sizeof *c, 1024);
         if (!c)
             return; /* out of memory: this token goes uncounted rather than fail the turn */
-        memset(c + s->ccap, 0, (size_t)(cap - s->ccap) * sizeof *c);
+        memset(c + old, 0, (size_t)(s->ccap - old) * sizeof *c);
         s->count = c;
-        s->ccap  = cap;
     }
     if (!s->count[id]) {
-        if (s->n_seen == s->seen_cap) {
-            int      cap = s->seen_cap ? 2 * s->seen_cap : 64;
-            int32_t *q   = realloc(s->seen, (size_t)cap * sizeof *q);
-            if (!q)
-                return;
-            s->seen     = q;
-            s->seen_cap = cap;
-        }
+        int32_t *q = k3_grow(s->seen, &s->seen_cap, (size_t)s->n_seen + 1, sizeof *q, 64);
+        if (!q)
+            return;
+        s->seen              = q;
         s->seen[s->n_seen++] = id;
     }
     s->count[id]++;
