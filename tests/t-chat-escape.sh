@@ -166,6 +166,14 @@ printf '{"format":"k3chat-transcript","version":1,"settings":{"effort":"\\u001b]
 check "--load, stderr a file: the transcript's bad effort shows escaped" \
     grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-load"
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-load"
+# the full-screen chat's notices quote such text too: /load of that transcript names the bad
+# effort with its commands escaped (drawn raw, the drawing left them out: "']52;c;ZXZpbA==x'")
+tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "/load $K3_TMP/evil.jsonl"
+check "full-screen /load: the transcript's bad effort shows escaped in the error" \
+    wait_for "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" 10
+keys C-d
 
 # --endpoint: /export writes the server's commands visibly (`cat chat.md` ran them), /save keeps
 # their bytes and /load reads them back, byte for byte into a pipe
