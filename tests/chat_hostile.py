@@ -8,7 +8,8 @@
 # /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
-# /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte); under
+# /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte; under
+# /ctlid/ one id "m ESC ]0;EVIL BEL x"); under
 # /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html);
 # under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
 # depends on its last message:
@@ -89,6 +90,9 @@ class Fake(FakeHandler):
             return
         if self.path.startswith("/surr/"):  # vLLM's id for a model path with a Latin-1 byte
             self.send_json(200, {"object": "list", "data": [{"id": "m\udcff", "object": "model"}]})
+            return
+        if self.path.startswith("/ctlid/"):  # control characters in the model's id
+            self.send_json(200, {"object": "list", "data": [{"id": "m\x1b]0;EVIL\x07x", "object": "model"}]})
             return
         if self.path.startswith("/nulid/"):  # a NUL in the id of a model after the first
             self.send_json(200, {"object": "list", "data": self.MODELS + [{"id": "lora\0x", "object": "model"}]})

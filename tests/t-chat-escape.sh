@@ -81,6 +81,17 @@ sys.exit(1 if re.search(rb"\xe2\x80[\xa8\xa9\xaa-\xae\x8e\x8f]|\xe2\x81[\xa6-\xa
 check "... and none of them is on the byte stream" no_bidi_bytes
 keys C-d
 
+# a loaded transcript's tool turns: the full-screen chat leaves out the control characters it
+# draws, so a result's name and call id show escaped as a call's name is (a\x07b read "ab", the
+# id's ESC [2J went unseen), and a line break in a tool's name cannot start a line of its own
+printf '%s\n' '{"format":"k3chat-transcript","version":1}' '{"role":"user","content":"w?"}' \
+    '{"role":"assistant","content":"","tool_calls":[{"id":"c\u001b[2J1","type":"function","function":{"name":"f\nx","arguments":"{}"}}]}' \
+    '{"role":"tool","name":"a\u0007b","tool_call_id":"c\u001b[2J1","content":"18 C"}' >"$K3_TMP/tools.jsonl"
+tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT --load $K3_TMP/tools.jsonl /no/model; echo EXIT=\$?; sleep 60"
+check "full-screen --load: a tool result's name and call id show escaped" wait_for 'tool a\x07b (c\x1B[2J1):' 10
+check "... and a line break in a call's name as \\x0A, on the call's line" has '-> f\x0Ax({})'
+keys C-d
+
 # what came on fd 2 while the full-screen chat ran goes to the terminal when it ends: escaped
 # (it was written raw, so a library's line quoting a file could set the title)
 printf 'delay 0\nstderr e-err \033]0;EVILE\007 e-end\nresponse fine\n' >"$K3_TMP/err.txt"
@@ -155,6 +166,14 @@ printf '{"format":"k3chat-transcript","version":1,"settings":{"effort":"\\u001b]
 check "--load, stderr a file: the transcript's bad effort shows escaped" \
     grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-load"
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-load"
+# the full-screen chat's notices quote such text too: /load of that transcript names the bad
+# effort with its commands escaped (drawn raw, the drawing left them out: "']52;c;ZXZpbA==x'")
+tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "/load $K3_TMP/evil.jsonl"
+check "full-screen /load: the transcript's bad effort shows escaped in the error" \
+    wait_for "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" 10
+keys C-d
 
 # --endpoint: /export writes the server's commands visibly (`cat chat.md` ran them), /save keeps
 # their bytes and /load reads them back, byte for byte into a pipe

@@ -429,4 +429,10 @@ check "... '# x' at a line's start too (no heading)" has '│     # x'
 check "... and the control character escaped" has '"bell": "\x07"})'
 keys C-d
 check "... and Ctrl-D exits 0 (the warning is not a failure)" wait_for "EXIT=0" 10
+# a model id with control characters (the server's /models): the status bar showed it without
+# them ("m]0;EVILx"), not what the server named
+tui_start 160 20 -- "$K3CHAT --endpoint $ep/ctlid/v1; echo EXIT=\$?; sleep 60"
+check "full-screen: the server's model id shows escaped in the status bar" \
+    wait_for 'm\x1B]0;EVIL\x07x · remote' 15
+keys C-d
 finish

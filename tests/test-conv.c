@@ -1047,13 +1047,15 @@ static void test_export_controls(void) {
     path_in(js, sizeof js, "controls.jsonl");
     K3_ASSERT(c && d && k3_conv_add(c, K3_ROLE_USER, "say \x1b]52;c;dXNlcg==\x07 it", NULL) == K3_OK);
     add_reply(c, evil, "think \x1b]0;EVILR\x07", 0, 0);
-    k3_tool_call call = {.id = "c\x1b[2J1", .name = "f\nx", .arguments = "{\"q\": \"```\\u001b\"}"};
-    k3_msg       am   = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call};
-    am.n_tool_calls   = 1;
-    k3_msg tm         = {.role         = K3_ROLE_TOOL,
-                         .content      = (char *)(uintptr_t) "out \x1b]52;c;dG9vbA==\x07",
-                         .tool_name    = (char *)(uintptr_t) "f`\x1b]0;T\x07",
-                         .tool_call_id = (char *)(uintptr_t) "c\x1b[2J1"};
+    k3_tool_call call[] = {
+        {.id = "*x* ``[a](http://evil)`` <script>", .name = "f\nx", .arguments = "{\"q\": \"```\\u001b\"}"},
+        {.id = " sp ", .name = "g", .arguments = "{}"}};
+    k3_msg am       = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = call};
+    am.n_tool_calls = 2;
+    k3_msg tm       = {.role         = K3_ROLE_TOOL,
+                       .content      = (char *)(uintptr_t) "out \x1b]52;c;dG9vbA==\x07",
+                       .tool_name    = (char *)(uintptr_t) "f`\x1b]0;T\x07",
+                       .tool_call_id = (char *)(uintptr_t) "c\x1b[2J1"};
     K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "go", NULL) == K3_OK && !k3_conv_add_msg(c, &am) &&
               !k3_conv_add_msg(c, &tm));
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with terminal commands in it (%s)",
@@ -1071,9 +1073,14 @@ static void test_export_controls(void) {
     T_CHECK(t && strstr(t, "think \\x1B]0;EVILR\\x07") && strstr(t, "say \\x1B\\]52;c;dXNlcg\\=\\=\\x07 it"),
             "so do the reasoning's and the user's");
     T_CHECK(
-        t && strstr(t, "## Tool result: ``f`\\x1B]0;T\\x07`` (call c\\x1B[2J1)") &&
-            strstr(t, "**Tool call** `f\\x0Ax` (c\\x1B[2J1)") && strstr(t, "````json\n{\"q\": \"```"),
-        "a tool's name and call id stay on their heading line in a code span, the arguments in their fence");
+        t && strstr(t, "## Tool result: ``f`\\x1B]0;T\\x07`` (call `c\\x1B[2J1`)\n") &&
+            strstr(t, "**Tool call** `f\\x0Ax` (```*x* ``[a](http://evil)`` <script>```):\n") &&
+            strstr(t, "````json\n{\"q\": \"```"),
+        "a tool's name and call id stay on their heading line in a code span longer than any backtick run "
+        "in them (a hostile id was Markdown: *x* in italics, a link, raw HTML), the arguments in their "
+        "fence");
+    T_CHECK(t && strstr(t, "**Tool call** `g` (`  sp  `):\n"),
+            "an id that starts and ends with a space keeps them (a reader strips one each side)");
     free(t);
     T_CHECK(k3_conv_save(c, js) == K3_OK && k3_conv_load(d, js, NULL) == K3_OK && k3_conv_count(d) == 5 &&
                 !strcmp(k3_conv_msg(d, 1)->content, evil) &&
@@ -1183,10 +1190,11 @@ static void test_tools(void) {
             "loaded: calls, ids, arguments, tool results, tool_choice and tools as saved");
     T_CHECK(k3_conv_export_md(b, md) == K3_OK, "export with tools");
     txt = t_read_file(md, NULL);
-    T_CHECK(txt &&
-                strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
-                strstr(txt, "## Tool result: `get_weather` (call call_a)\n\n18 C\n"),
-            "Markdown export shows each call with its arguments and each result");
+    T_CHECK(
+        txt &&
+            strstr(txt, "**Tool call** `get_weather` (`call_a`):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
+            strstr(txt, "## Tool result: `get_weather` (call `call_a`)\n\n18 C\n"),
+        "Markdown export shows each call with its arguments and each result");
     T_CHECK(txt && strstr(txt, "**Tools declared here:**"), "... and the in-place declarations");
     free(txt);
     T_CHECK(k3_conv_pop_reply(b) == 0,

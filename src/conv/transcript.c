@@ -1477,10 +1477,14 @@ static void backticks(sbuf *b, size_t n) {
         sb_str(b, "`");
 }
 
-/* s (one line) in a code span whose backticks outnumber any run of them in s. */
+/* s (one line) in a code span whose backticks outnumber any run of them in s: whatever it holds
+ * (*x*, [a](http://evil), <script>, backticks) shows as the characters it is. A space pads it
+ * where it starts or ends with a backtick, or starts and ends with a space (a reader strips one
+ * each side). */
 static void md_code_span(sbuf *b, const char *s) {
-    size_t most = most_backticks(s);
-    int    pad  = most && (s[0] == '`' || s[strlen(s) - 1] == '`');
+    size_t most = most_backticks(s), n = strlen(s);
+    int    pad = n && ((most && (s[0] == '`' || s[n - 1] == '`')) ||
+                    (s[0] == ' ' && s[n - 1] == ' ' && strspn(s, " ") < n));
     backticks(b, most + 1);
     sb_str(b, pad ? " " : "");
     md_line(b, s);
@@ -1509,9 +1513,9 @@ static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
             sb_str(bp, ": ");
             md_code_span(bp, m->tool_name);
         }
-        if (m->tool_call_id) {
+        if (m->tool_call_id && *m->tool_call_id) {
             sb_str(bp, " (call ");
-            md_line(bp, m->tool_call_id);
+            md_code_span(bp, m->tool_call_id);
             sb_str(bp, ")");
         }
         sb_str(bp, "\n\n");
@@ -1537,9 +1541,12 @@ static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
         const k3_tool_call *tc = &m->tool_calls[k];
         sb_str(bp, "**Tool call** ");
         md_code_span(bp, tc->name);
-        sb_str(bp, " (");
-        md_line(bp, tc->id ? tc->id : "");
-        sb_str(bp, "):\n\n");
+        if (tc->id && *tc->id) {
+            sb_str(bp, " (");
+            md_code_span(bp, tc->id);
+            sb_str(bp, ")");
+        }
+        sb_str(bp, ":\n\n");
         md_json(bp, tc->arguments && *tc->arguments ? tc->arguments : "{}");
     }
     md_stats(bp, m);

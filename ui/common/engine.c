@@ -421,7 +421,8 @@ double ue_mem_gb(void) {
  * of the arguments can close the block, whatever backticks they hold, and the block is written as
  * the arguments stream (their length is not known ahead). The arguments are verbatim, not
  * pretty-printed: the bytes the tool gets, JSON escapes and all. Control characters in the name
- * and arguments show as k3_escape's \xHH / \uHHHH (\n and \t stay as they are). */
+ * and arguments show as k3_escape's \xHH / \uHHHH (\n and \t of the arguments stay as they
+ * are; a line break in the name shows as \x0A). */
 
 /* Append s[0..n) to b escaped, with four spaces after each line break; st holds a character cut
  * at the end (NULL: none). */
@@ -436,10 +437,22 @@ static void call_text(k3_buf *b, k3_esc *st, const char *s, size_t n) {
     free(e.p);
 }
 
+/* Append s (a tool's name, a call id) to b escaped, a line break as \x0A too: it stays on its line. */
+static void call_line(k3_buf *b, const char *s) {
+    for (size_t n; *s; s += n) {
+        n = strcspn(s, "\n");
+        k3_escape(b, NULL, s, n);
+        if (s[n] == '\n') {
+            k3_buf_add(b, "\\x0A", 4);
+            n++;
+        }
+    }
+}
+
 static void call_open(k3_buf *b, const char *name) {
     static const char head[] = "\n\n```tool-call\n-> ";
     k3_buf_add(b, head, sizeof head - 1);
-    call_text(b, NULL, name, strlen(name));
+    call_line(b, name);
     k3_buf_add(b, "(", 1);
 }
 
@@ -474,15 +487,23 @@ void ue_emit_call(ue *u, const char *name, const char *args, size_t n, int done)
 }
 
 /* How a tool turn reads in the transcript view: an assistant message's calls after its text (as
- * ue_emit_call shows them), a tool result as "tool name (call id):" and its output. NULL for
- * other messages (shown as they are) or out of memory. */
+ * ue_emit_call shows them), a tool result as "tool name (call id):" and its output, the name and
+ * id escaped as a call's are (the full-screen chat drops the control characters it draws: a
+ * result named a\x07b read "ab"). NULL for other messages (shown as they are) or out of memory. */
 static char *tool_text(const k3_msg *m) {
     if (m->role != K3_ROLE_TOOL && m->n_tool_calls == 0)
         return NULL;
     k3_buf b = {0};
     if (m->role == K3_ROLE_TOOL) {
         const char *name = m->tool_name ? m->tool_name : "result", *id = m->tool_call_id;
-        k3_buf_printf(&b, "tool %s%s%s%s:\n", name, id ? " (" : "", id ? id : "", id ? ")" : "");
+        k3_buf_add(&b, "tool ", 5);
+        call_line(&b, name);
+        if (id) {
+            k3_buf_add(&b, " (", 2);
+            call_line(&b, id);
+            k3_buf_add(&b, ")", 1);
+        }
+        k3_buf_add(&b, ":\n", 2);
     }
     k3_buf_add(&b, m->content, strlen(m->content));
     for (int k = 0; k < m->n_tool_calls; k++) {

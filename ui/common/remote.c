@@ -1205,13 +1205,18 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     ue_conv_autosave_enable(u, r->c);
-    char   msg[1200];
-    int    down = discover(r, msg, sizeof msg);
-    k3_buf desc = {0}; /* the id whole: the status bar fits it to its width (txt_fit) */
-    k3_buf_printf(&desc, "%s · remote %s", r->model ? r->model : "?", r->shown);
+    char msg[1200];
+    int  down = discover(r, msg, sizeof msg);
+    /* the id whole (the status bar fits it to its width, txt_fit), escaped: the server names it,
+     * and the status bar leaves out the control characters it draws ("m\x07x" read "mx") */
+    k3_buf      desc  = {0};
+    const char *model = r->model ? r->model : "?";
+    k3_escape(&desc, NULL, model, strlen(model));
+    size_t n_model = desc.n;
+    k3_buf_printf(&desc, " · remote %s", r->shown);
     ui_ev e = {.type = EV_READY,
                .text = desc.p ? desc.p : (char *)(uintptr_t) "remote",
-               .a    = strlen(r->model ? r->model : "?"),
+               .a    = n_model,
                .i    = r->ctx_max > 0 ? r->ctx_max : 0};
     e.gen   = (ue_gen){
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */

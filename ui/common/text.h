@@ -88,7 +88,8 @@ int txt_fit(txt_buf *out, const char *s, size_t n, int cols);
  * stderr is escaped wherever it goes) or txt_term_printf
  * (a message that quotes such text, an error naming a file's line, a log line: escaped wherever
  * it goes, as a log file or a pipe into cat reaches a terminal too). The full-screen interface
- * leaves control characters out when it draws (tui-draw.c). */
+ * leaves control characters out when it draws (tui-draw.c); its notices (errors, information)
+ * and the names and ids of tool calls and results are escaped before, so they show. */
 
 /* The control characters of outside text and their escapes are the engine's (k3.h, esc.c), so
  * that the Markdown export shows them as the terminal front ends do: txt_ctrl_cp is

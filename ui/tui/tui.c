@@ -142,13 +142,22 @@ static void drop_entries(tui *t, int keep) {
 }
 
 static void notice(tui *t, int role, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A notice quotes outside text often (a server's error, a transcript's line, a file's name): its
+ * control characters show as txt_escape's \xHH, as line mode's txt_term_printf shows them; drawn
+ * raw, the drawing left them out and '\x1B]52;...\x07' in a bad transcript read ']52;...'. */
 static void notice(tui *t, int role, const char *fmt, ...) {
     char    msg[8192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    add_entry(t, role, msg);
+    k3_buf e = {0};
+    txt_escape(&e, NULL, msg, strlen(msg));
+    if (!e.oom && !k3_buf_add(&e, "", 1))
+        add_entry(t, role, e.p);
+    else
+        add_entry(t, role, msg);
+    free(e.p);
     t->scroll = 0;
 }
 
