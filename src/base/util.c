@@ -196,8 +196,10 @@ void k3_machine_memory(double *phys, double *limit, double *room) {
 
 /* ---- allocation ---- */
 
-/* The one doubling: *cap (or first, when 0) doubled until it holds need, refused past max elements
- * or SIZE_MAX bytes; *cap is set only when the array was (re)allocated. */
+/* The one doubling: *cap (or first, when 0) doubled until it holds need, refused when that
+ * capacity would pass max elements or SIZE_MAX bytes (so an int array stops at the last power of
+ * two times first below INT_MAX, not at INT_MAX); *cap is set only when the array was
+ * (re)allocated. */
 static void *grow(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max) {
     if (need <= *cap && *cap > 0)
         return p;
