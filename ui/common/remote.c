@@ -567,7 +567,7 @@ static void halves_end(remote *r) {
     for (int k = 0; k < r->n_calls; k++) {
         rcall *c = &r->calls[k];
         if (c->half && !answer_room(r, 3) && !txt_buf_add(&c->args, "\xef\xbf\xbd", 3) && c->shown == 1)
-            ue_emit_token(r->u, EV_CH_RESPONSE, "\xef\xbf\xbd", 3);
+            ue_emit_call(r->u, NULL, "\xef\xbf\xbd", 3, 0); /* the call's text path, as its pieces */
         c->half = 0;
     }
 }
