@@ -123,7 +123,8 @@ typedef struct job {
     int         window;  /* its prefill's most tokens in one pass (k3_stats.window) */
     json_t     *calls;   /* the answer's tool_calls (NULL: none)       */
     slp        *lp;      /* (n_lp, cap_lp) logprobs: the answer's text tokens' entries */
-    int         n_lp, cap_lp;
+    int         n_lp;
+    size_t      cap_lp;
     int         lp_sent;           /* of which released with their text (streamed, or in the answer) */
     int         open_calls;        /* calls begun whose close has not come       */
     char       *cut_id, *cut_name; /* the call begun last, while it is open   */
@@ -458,16 +459,6 @@ static json_t *lp_token(const k3_tok *tok, int32_t id, float logprob) {
     return json_pack("{s:o,s:f,s:o}", "token", text, "logprob", lp, "bytes", bytes);
 }
 
-static int grow_lp(job *j) {
-    int   cap = j->cap_lp ? 2 * j->cap_lp : 64;
-    void *p   = realloc(j->lp, (size_t)cap * sizeof *j->lp);
-    if (!p)
-        return 0;
-    j->lp     = p;
-    j->cap_lp = cap;
-    return 1;
-}
-
 static void on_token(const k3_gen_token *t, void *ud) {
     job *j = ud;
     if (!t->content || !j->r.logprobs)
@@ -480,10 +471,13 @@ static void on_token(const k3_gen_token *t, void *ud) {
         return;
     }
     pthread_mutex_lock(&srv.mu);
-    if (j->stopped || (j->n_lp == j->cap_lp && !grow_lp(j)))
+    slp *lp = j->stopped ? NULL : k3_grow_z(j->lp, &j->cap_lp, (size_t)j->n_lp + 1, sizeof *lp, 64);
+    if (!lp) {
         json_decref(o); /* past a stop string; or out of memory: the entry is left out */
-    else
+    } else {
+        j->lp            = lp;
         j->lp[j->n_lp++] = (slp){j->resp.n, o};
+    }
     pthread_mutex_unlock(&srv.mu);
 }
 
