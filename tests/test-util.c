@@ -133,6 +133,29 @@ static void grow_checks(void) {
     free(a);
 }
 
+/* The bound's edge (k3_grow_max, under k3_grow and k3_grow_z): a doubling that would pass max
+ * stops at max itself when need fits there (it was refused: an int array stopped at 2^30, the
+ * last power of two below INT_MAX, though need fitted below INT_MAX); need past max is refused. */
+static void grow_max_checks(void) {
+    size_t cap = 0;
+    char  *a   = k3_grow_max(NULL, &cap, 64, 1, 64, 100);
+    char  *b   = a ? k3_grow_max(a, &cap, 65, 1, 64, 100) : NULL; /* 128 would pass 100 */
+    T_CHECK(b && cap == 100, "k3_grow_max: 64 doubled past max 100 for 65 is 100 (cap %zu)", cap);
+    a          = b ? b : a;
+    char *same = a ? k3_grow_max(a, &cap, 100, 1, 64, 100) : NULL;
+    char *past = a ? k3_grow_max(a, &cap, 101, 1, 64, 100) : NULL;
+    T_CHECK(same == a && !past && cap == 100, "k3_grow_max: 100 of max 100 fits; 101 is refused, cap kept");
+    size_t c0 = 0;
+    char  *f  = k3_grow_max(NULL, &c0, 3, 1, 256, 100);
+    T_CHECK(f && c0 == 100, "k3_grow_max: a first past max starts at max (cap %zu)", c0);
+    size_t c3 = 3;
+    char  *g  = k3_grow_max(NULL, &c3, 50, 1, 3, 100); /* 3, 6, ..., 48, 96 */
+    T_CHECK(g && c3 == 96, "k3_grow_max: doubling that stays below max is unchanged (cap %zu)", c3);
+    free(a);
+    free(f);
+    free(g);
+}
+
 /* k3_grow_z, the same doubling for size_t capacities (json, k3_ids, st-write, wmap, the
  * markdown layout): capacities, contents kept, and NULL with the array and capacity untouched
  * where the doubled capacity would pass SIZE_MAX / elem or SIZE_MAX itself (a hand-written
@@ -164,6 +187,7 @@ static void grow_z_checks(void) {
 
 int main(void) {
     grow_checks();
+    grow_max_checks();
     grow_z_checks();
     k3_status st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is bad", "x.safetensors", "w");
     T_CHECK(st == K3_ERR_FORMAT, "k3_err returns its status");

@@ -248,15 +248,12 @@ static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype d
 
 static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd, int64_t d0,
                         int64_t d1, int64_t d2, const char *fmt, ...) {
-    if (p->n == p->cap) {
-        int        cap = p->cap ? 2 * p->cap : 256;
-        mk_tensor *nt  = realloc(p->t, (size_t)cap * sizeof *nt);
-        if (!nt) {
-            fprintf(stderr, "k3-mkmodel: out of memory\n");
-            exit(1);
-        }
-        p->t = nt, p->cap = cap;
+    mk_tensor *nt = k3_grow(p->t, &p->cap, (size_t)p->n + 1, sizeof *nt, 256);
+    if (!nt) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
     }
+    p->t         = nt;
     mk_tensor *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
     va_list ap;

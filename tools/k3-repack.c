@@ -284,11 +284,10 @@ static void classify(ctx *c) {
 /* ==== planning ================================================================================ */
 
 static int add_item(plan *p, const char *name, st_dtype dt, int ndim, const int64_t *shape) {
-    if (p->n_items == p->cap_items) {
-        p->cap_items = p->cap_items ? 2 * p->cap_items : 256;
-        if (!(p->items = realloc(p->items, (size_t)p->cap_items * sizeof *p->items)))
-            die_oom();
-    }
+    item *items = k3_grow(p->items, &p->cap_items, (size_t)p->n_items + 1, sizeof *items, 256);
+    if (!items)
+        die_oom();
+    p->items = items;
     item *it = &p->items[p->n_items];
     memset(it, 0, sizeof *it);
     if (!(it->name = strdup(name)))
@@ -309,12 +308,11 @@ static int add_item2(plan *p, const char *name, st_dtype dt, int ndim, int64_t a
 }
 
 static job *add_job(plan *p, int role, int src) {
-    if (p->n_jobs == p->cap_jobs) {
-        p->cap_jobs = p->cap_jobs ? 2 * p->cap_jobs : 256;
-        if (!(p->jobs = realloc(p->jobs, (size_t)p->cap_jobs * sizeof *p->jobs)))
-            die_oom();
-    }
-    job *j = &p->jobs[p->n_jobs++];
+    job *jobs = k3_grow(p->jobs, &p->cap_jobs, (size_t)p->n_jobs + 1, sizeof *jobs, 256);
+    if (!jobs)
+        die_oom();
+    p->jobs = jobs;
+    job *j  = &p->jobs[p->n_jobs++];
     memset(j, 0, sizeof *j);
     j->role = role;
     j->src  = src;

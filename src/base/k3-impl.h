@@ -50,8 +50,8 @@ void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and u
  * K3_ERR_ARG naming it when malformed. Called by k3_params_default. */
 k3_status k3_hugepages_init(void);
 char     *k3_strdup(const char *s);
-/* k3_grow_z (k3.h) for an int capacity: NULL also past INT_MAX elements. */
-void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first);
+/* k3_grow_z and k3_grow (k3.h) with the bound in elements given: max (SIZE_MAX / elem at most). */
+void *k3_grow_max(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max);
 
 /* Open a model file read-only as a regular file (every file of a model directory opens here):
  * a FIFO, a device, a directory or a socket in its place is refused, naming `what` and what the

@@ -196,23 +196,21 @@ void k3_machine_memory(double *phys, double *limit, double *room) {
 
 /* ---- allocation ---- */
 
-/* The one doubling: *cap (or first, when 0) doubled until it holds need, refused when that
- * capacity would pass max elements or SIZE_MAX bytes (so an int array stops at the last power of
- * two times first below INT_MAX, not at INT_MAX); *cap is set only when the array was
- * (re)allocated. */
-static void *grow(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max) {
+/* The one doubling: *cap (or first, when 0) doubled until it holds need, the last step cut to
+ * max elements (or SIZE_MAX bytes) when doubling would pass it: an int array reaches INT_MAX, not
+ * only the last power of two below it. NULL when need itself is past that bound; *cap is set only
+ * when the array was (re)allocated. */
+void *k3_grow_max(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max) {
     if (need <= *cap && *cap > 0)
         return p;
     if (elem > 1 && max > SIZE_MAX / elem)
         max = SIZE_MAX / elem;
-    size_t c = *cap > 0 ? *cap : first > 0 ? first : 1;
-    while (c < need) {
-        if (c > max / 2)
-            return NULL;
-        c *= 2;
-    }
-    if (c > max || !elem)
+    if (need > max || !elem)
         return NULL;
+    size_t c = *cap > 0 ? *cap : first > 0 ? first : 1;
+    while (c < need)
+        c = c > max / 2 ? max : c * 2;
+    c       = c > max ? max : c; /* a first past max */
     void *q = realloc(p, c * elem);
     if (q)
         *cap = c;
@@ -220,12 +218,12 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem, size_t first, 
 }
 
 void *k3_grow_z(void *p, size_t *cap, size_t need, size_t elem, size_t first) {
-    return grow(p, cap, need, elem, first, SIZE_MAX);
+    return k3_grow_max(p, cap, need, elem, first, SIZE_MAX);
 }
 
 void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first) {
     size_t c = *cap > 0 ? (size_t)*cap : 0;
-    void  *q = grow(p, &c, need, elem, first > 0 ? (size_t)first : 1, INT_MAX);
+    void  *q = k3_grow_max(p, &c, need, elem, first > 0 ? (size_t)first : 1, INT_MAX);
     if (q)
         *cap = (int)c;
     return q;

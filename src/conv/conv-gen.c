@@ -37,9 +37,9 @@
 /* The parts of the history rendered by an earlier call (see "the rendering kept between turns"). */
 typedef struct render_memo {
     k3_ids  ids;   /* E + the parts of msgs[0, n)                                 */
-    int    *first; /* (cap) first[i], i < n: the first message of i's segment     */
-    size_t *at;    /* (cap) at[i]: ids.n where i's segment's part starts          */
-    int     n, cap;
+    int    *first; /* (cap_first) first[i], i < n: the first message of i's segment */
+    size_t *at;    /* (cap_at) at[i]: ids.n where i's segment's part starts       */
+    int     n, cap_first, cap_at;
     size_t  last_n, tail_n; /* the last call's: the last segment's part; T less E (the prompt's end) */
     /* the key: what E and every part depend on */
     const k3_tok *tok;
@@ -542,20 +542,16 @@ k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n) {
             mm->ids.n = at;
             break;
         }
-        if (j > mm->cap) {
-            int     cap   = j + j / 2 + 16;
-            int    *first = realloc(mm->first, (size_t)cap * sizeof *first);
-            size_t *ats   = first ? realloc(mm->at, (size_t)cap * sizeof *ats) : NULL;
-            if (first)
-                mm->first = first;
-            if (ats)
-                mm->at = ats;
-            if (!first || !ats) {
-                mm->ids.n = at;
-                st        = k3_err(K3_ERR_NOMEM, "conversation: out of memory");
-                break;
-            }
-            mm->cap = cap;
+        int *first = k3_grow(mm->first, &mm->cap_first, (size_t)j, sizeof *first, 64);
+        if (first)
+            mm->first = first;
+        size_t *ats = first ? k3_grow(mm->at, &mm->cap_at, (size_t)j, sizeof *ats, 64) : NULL;
+        if (ats)
+            mm->at = ats;
+        if (!first || !ats) {
+            mm->ids.n = at;
+            st        = k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+            break;
         }
         for (int k = i; k < j; k++)
             mm->first[k] = i, mm->at[k] = at;

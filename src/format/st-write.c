@@ -36,7 +36,7 @@ struct stw_file {
     size_t   n_ent, cap_ent;
     k3_names names; /* the entries' names (k3_names: the duplicate check) */
     char   **meta;  /* (n_meta) key, value, key, value, ...    */
-    size_t   n_meta;
+    size_t   n_meta, cap_meta;
     uint64_t data;      /* declared data bytes                    */
     uint64_t written;   /* data bytes written so far              */
     uint64_t hdr_bytes; /* 8 + padded header length               */
@@ -115,7 +115,7 @@ k3_status stw_meta(stw_file *w, const char *key, const char *value) {
             return K3_OK;
         }
     char  *k  = k3_strdup(key);
-    char **nm = k ? realloc(w->meta, (w->n_meta + 2) * sizeof *nm) : NULL;
+    char **nm = k ? k3_grow_z(w->meta, &w->cap_meta, w->n_meta + 2, sizeof *nm, 16) : NULL;
     if (!nm) {
         free(k);
         free(v);

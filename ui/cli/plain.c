@@ -143,14 +143,10 @@ typedef struct plain {
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
 static void ans_push(plain *p, const char *s, size_t n) {
-    if (p->n_ans == p->cap_ans) {
-        int      cap = p->cap_ans ? p->cap_ans * 2 : 16;
-        txt_buf *a   = realloc(p->ans, (size_t)cap * sizeof *a);
-        if (!a)
-            return;
-        p->ans     = a;
-        p->cap_ans = cap;
-    }
+    txt_buf *a = k3_grow(p->ans, &p->cap_ans, (size_t)p->n_ans + 1, sizeof *a, 16);
+    if (!a)
+        return;
+    p->ans    = a;
     txt_buf b = {0};
     if (txt_buf_add(&b, s ? s : "", n) == 0)
         p->ans[p->n_ans++] = b;

@@ -45,14 +45,10 @@ int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int lin
 }
 
 int md_doc_line(md_doc *d, md_line l) {
-    if (d->n_lines == d->cap_lines) {
-        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
-        md_line *p   = realloc(d->lines, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        d->lines     = p;
-        d->cap_lines = cap;
-    }
+    md_line *p = k3_grow(d->lines, &d->cap_lines, (size_t)d->n_lines + 1, sizeof *p, 64);
+    if (!p)
+        return -1;
+    d->lines               = p;
     d->lines[d->n_lines++] = l;
     return 0;
 }
@@ -240,12 +236,10 @@ static int wrap(const char *text, size_t t0, size_t t1, int w, txt_line **out) {
 static int wrap_scratch(R *r, const char *text, size_t n, int w) {
     int k = txt_wrap(text, n, w, r->wl, r->cap_wl);
     if (k > r->cap_wl) {
-        int       cap = k < 64 ? 64 : k;
-        txt_line *l   = realloc(r->wl, (size_t)cap * sizeof *l);
+        txt_line *l = k3_grow(r->wl, &r->cap_wl, (size_t)k, sizeof *l, 64);
         if (!l)
             return -1;
-        r->wl     = l;
-        r->cap_wl = cap;
+        r->wl = l;
         txt_wrap(text, n, w, r->wl, k);
     }
     return k;
@@ -1156,14 +1150,10 @@ int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned 
 }
 
 int md_doc_link(md_doc *d, const char *u, size_t n) {
-    if (d->n_links == d->cap_links) {
-        int      cap = d->cap_links ? d->cap_links * 2 : 16;
-        md_link *l   = realloc(d->links, (size_t)cap * sizeof *l);
-        if (!l)
-            return -1;
-        d->links     = l;
-        d->cap_links = cap;
-    }
+    md_link *l = k3_grow(d->links, &d->cap_links, (size_t)d->n_links + 1, sizeof *l, 16);
+    if (!l)
+        return -1;
+    d->links   = l;
     size_t off = d->text.n;
     if (txt_buf_add(&d->text, u, n))
         return -1;

@@ -40,16 +40,20 @@
 #include <string.h>
 #include <time.h>
 
+typedef struct mcall {
+    char *name, *args;
+} mcall;
+
 typedef struct mturn {
     char  *think, *response, *error, *err_line;
-    char **call_name, **call_args; /* (n_calls) its tool calls */
-    int    n_calls;
+    mcall *calls; /* (n_calls) its tool calls */
+    int    n_calls, cap_calls;
     int    delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms, stall_rescue_ms;
 } mturn;
 
 typedef struct mock {
     mturn   *turns; /* (n_turns) scripted turns */
-    int      n_turns, next;
+    int      n_turns, cap_turns, next;
     k3_conv *c; /* the conversation (no model) */
     double   expert_gb;
     int      ctx_used;
@@ -77,23 +81,33 @@ static int add_call(mturn *t, const char *arg) {
     size_t nl = strcspn(arg, " ");
     if (!nl)
         return -1;
-    char **n = realloc(t->call_name, (size_t)(t->n_calls + 1) * sizeof *n);
-    if (n)
-        t->call_name = n;
-    char **a = realloc(t->call_args, (size_t)(t->n_calls + 1) * sizeof *a);
-    if (a)
-        t->call_args = a;
-    if (!n || !a)
+    mcall *c = k3_grow(t->calls, &t->cap_calls, (size_t)t->n_calls + 1, sizeof *c, 4);
+    if (!c)
         return -1;
-    n[t->n_calls] = strndup(arg, nl);
-    a[t->n_calls] = strdup(arg[nl] ? arg + nl + 1 : "");
-    if (!n[t->n_calls] || !a[t->n_calls]) {
-        free(n[t->n_calls]);
-        free(a[t->n_calls]);
+    t->calls = c;
+    c += t->n_calls;
+    c->name = strndup(arg, nl);
+    c->args = strdup(arg[nl] ? arg + nl + 1 : "");
+    if (!c->name || !c->args) {
+        free(c->name);
+        free(c->args);
         return -1;
     }
     t->n_calls++;
     return 0;
+}
+
+/* A new scripted turn (zeroed, at the script's delays so far); NULL out of memory. */
+static mturn *add_turn(mock *m, int delay, int prefill) {
+    mturn *t = k3_grow(m->turns, &m->cap_turns, (size_t)m->n_turns + 1, sizeof *t, 4);
+    if (!t)
+        return NULL;
+    m->turns = t;
+    t += m->n_turns++;
+    memset(t, 0, sizeof *t);
+    t->delay_ms   = delay;
+    t->prefill_ms = prefill;
+    return t;
 }
 
 static int parse_script(mock *m, const char *path, int *load_ms, char *err, size_t errn) {
@@ -105,13 +119,10 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
     char  *line   = NULL; /* a line of any length (getline): a long answer is one directive */
     size_t cap    = 0;
     int    lineno = 0, delay = 20, prefill = 0;
-    m->turns = calloc(1, sizeof *m->turns);
-    if (!m->turns) {
+    if (!add_turn(m, delay, prefill)) {
         fclose(f);
         return -1;
     }
-    m->n_turns           = 1;
-    m->turns[0].delay_ms = delay;
     while (getline(&line, &cap, f) >= 0) {
         lineno++;
         line[strcspn(line, "\n")] = 0;
@@ -122,13 +133,8 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         if (!line[0] || line[0] == '#')
             continue;
         if (!strcmp(line, "---")) {
-            mturn *nt = realloc(m->turns, (size_t)(m->n_turns + 1) * sizeof *nt);
-            if (!nt)
+            if (!add_turn(m, delay, prefill))
                 break;
-            m->turns = nt;
-            memset(&m->turns[m->n_turns++], 0, sizeof *nt);
-            m->turns[m->n_turns - 1].delay_ms   = delay;
-            m->turns[m->n_turns - 1].prefill_ms = prefill;
         } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
                    (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 9 && !strncmp(line, "stall-end", 9)) ||
                    (kw == 12 && !strncmp(line, "stall-rescue", 12)) ||
@@ -364,9 +370,9 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     k3_tool_call *calls   = t->n_calls ? calloc((size_t)t->n_calls, sizeof *calls) : NULL;
     char(*ids)[24]        = t->n_calls ? calloc((size_t)t->n_calls, sizeof *ids) : NULL;
     for (int k = 0; k < t->n_calls && calls && ids && !cancelled; k++) {
-        const char *a = t->call_args[k];
+        const char *a = t->calls[k].args;
         size_t      n = strlen(a);
-        ue_emit_call(u, t->call_name[k], NULL, 0, 0);
+        ue_emit_call(u, t->calls[k].name, NULL, 0, 0);
         for (size_t o = 0; o < n && !cancelled; o += 3) { /* 3 bytes a token, as the text */
             if (t->delay_ms)
                 sleep_ms(t->delay_ms);
@@ -378,7 +384,7 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
             break;
         ue_emit_call(u, NULL, NULL, 0, 1);
         snprintf(ids[k], sizeof ids[k], "call_%d", k);
-        calls[n_calls++] = (k3_tool_call){.id = ids[k], .name = t->call_name[k], .arguments = a};
+        calls[n_calls++] = (k3_tool_call){.id = ids[k], .name = t->calls[k].name, .arguments = a};
     }
     for (int k = 0; k < t->hold_ms / 10 && !cancelled; k++) {
         sleep_ms(10);
@@ -484,11 +490,10 @@ static void mock_close(void *self) {
         free(m->turns[k].error);
         free(m->turns[k].err_line);
         for (int c = 0; c < m->turns[k].n_calls; c++) {
-            free(m->turns[k].call_name[c]);
-            free(m->turns[k].call_args[c]);
+            free(m->turns[k].calls[c].name);
+            free(m->turns[k].calls[c].args);
         }
-        free(m->turns[k].call_name);
-        free(m->turns[k].call_args);
+        free(m->turns[k].calls);
     }
     free(m->turns);
     k3_conv_free(m->c);

@@ -77,7 +77,7 @@ typedef struct remote {
     long        half[2];     /* per channel (EV_CH_THINK, EV_CH_RESPONSE): halves_join's pending high */
     txt_buf     joined;      /* halves_join's text of one piece    */
     rcall      *calls;       /* (n_calls) its tool calls           */
-    int         n_calls;
+    int         n_calls, cap_calls;
     int         done, n_prompt, n_completion;
     int         n_reason; /* usage.completion_tokens_details.reasoning_tokens, -1 when not said */
     ue_tokstats tok;
@@ -418,7 +418,7 @@ static void calls_free(remote *r) {
     }
     free(r->calls);
     r->calls   = NULL;
-    r->n_calls = 0;
+    r->n_calls = r->cap_calls = 0;
 }
 
 /* A field of a call that a later piece may repeat but not change (its id, its name). */
@@ -493,7 +493,7 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             return -1;
         }
         if (idx == r->n_calls) {
-            rcall *c = realloc(r->calls, (size_t)(r->n_calls + 1) * sizeof *c);
+            rcall *c = k3_grow(r->calls, &r->cap_calls, (size_t)r->n_calls + 1, sizeof *c, 4);
             if (!c) {
                 snprintf(r->err, sizeof r->err, "out of memory");
                 return -1;

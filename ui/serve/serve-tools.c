@@ -377,7 +377,7 @@ int stools_msg_same(const k3_msg *m, const stools_msg *x) {
 
 static struct {
     k3_ids *turns; /* (n) */
-    int     n, next;
+    int     n, cap, next;
 } script;
 
 int stools_script_load(const char *path, const k3_model *m, stools_err *e) {
@@ -389,40 +389,37 @@ int stools_script_load(const char *path, const k3_model *m, stools_err *e) {
         fclose(f);
         return bad(e, "script", "K3_SERVE_SCRIPT: %s", k3_errmsg());
     }
-    char  *line = NULL, *text = NULL;
-    size_t cap = 0, tn = 0;
+    char  *line = NULL;
+    k3_buf text = {0};
+    size_t cap  = 0;
     int    rc = 0, more = 1;
     while (more) {
         ssize_t len = getline(&line, &cap, f);
         more        = len >= 0;
         if (more && strcmp(line, "---\n") && strcmp(line, "---")) {
-            char *t = realloc(text, tn + (size_t)len + 1);
-            if (!t) {
+            if (k3_buf_add(&text, line, (size_t)len)) {
                 rc = bad(e, "script", "out of memory");
                 break;
             }
-            text = t;
-            memcpy(text + tn, line, (size_t)len + 1);
-            tn += (size_t)len;
             continue;
         }
-        if (tn && text[tn - 1] == '\n') /* the separator's line break is not output */
-            tn--;
-        k3_ids *tt = realloc(script.turns, (size_t)(script.n + 1) * sizeof *tt);
+        if (text.n && text.p[text.n - 1] == '\n') /* the separator's line break is not output */
+            text.n--;
+        k3_ids *tt = k3_grow(script.turns, &script.cap, (size_t)script.n + 1, sizeof *tt, 4);
         if (!tt) {
             rc = bad(e, "script", "out of memory");
             break;
         }
         script.turns = tt;
         memset(&tt[script.n], 0, sizeof tt[0]);
-        if (k3_tok_encode(tok, text ? text : "", tn, 1, &tt[script.n++])) {
+        if (k3_tok_encode(tok, text.p ? text.p : "", text.n, 1, &tt[script.n++])) {
             rc = bad(e, "script", "K3_SERVE_SCRIPT: %s", k3_errmsg());
             break;
         }
-        tn = 0;
+        text.n = 0;
     }
     free(line);
-    free(text);
+    free(text.p);
     fclose(f);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* emoji.c: multi-emoji clusters, the rules and the bookkeeping without curses (see emoji.h). */
 #include "emoji.h"
+#include "k3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,14 +216,10 @@ void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {
 /* ==== the clusters on the screen ============================================ */
 
 static int grow(emj_set *s) {
-    if (s->n == s->cap) {
-        int      cap = s->cap ? s->cap * 2 : 64;
-        emj_rec *r   = realloc(s->r, (size_t)cap * sizeof *r);
-        if (!r)
-            return -1;
-        s->r   = r;
-        s->cap = cap;
-    }
+    emj_rec *r = k3_grow(s->r, &s->cap, (size_t)s->n + 1, sizeof *r, 64);
+    if (!r)
+        return -1;
+    s->r = r;
     return 0;
 }
 

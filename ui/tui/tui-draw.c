@@ -279,14 +279,10 @@ static uint64_t text_hash(const char *s, size_t n, int role, int x) {
 /* ==== text to lines ========================================================= */
 
 static int dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold) {
-    if (t->n_dl == t->cap_dl) {
-        int    cap = t->cap_dl ? t->cap_dl * 2 : 256;
-        dline *d   = realloc(t->dl, (size_t)cap * sizeof *d);
-        if (!d)
-            return -1;
-        t->dl     = d;
-        t->cap_dl = cap;
-    }
+    dline *d = k3_grow(t->dl, &t->cap_dl, (size_t)t->n_dl + 1, sizeof *d, 256);
+    if (!d)
+        return -1;
+    t->dl            = d;
     t->dl[t->n_dl++] = (dline){ent, s, len, role, indent, fold, NULL, 0};
     return 0;
 }

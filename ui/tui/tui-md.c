@@ -61,14 +61,10 @@ int tui_md_entry(tui *t, int ent, int width) {
 }
 
 static void note_link(tui *t, int y, int x, const md_doc *d, size_t run) {
-    if (t->n_links == t->cap_links) {
-        int              cap = t->cap_links ? t->cap_links * 2 : 32;
-        struct tui_link *l   = realloc(t->links, (size_t)cap * sizeof *l);
-        if (!l)
-            return;
-        t->links     = l;
-        t->cap_links = cap;
-    }
+    struct tui_link *l = k3_grow(t->links, &t->cap_links, (size_t)t->n_links + 1, sizeof *l, 32);
+    if (!l)
+        return;
+    t->links               = l;
     t->links[t->n_links++] = (struct tui_link){y, x, d, run};
 }
 

@@ -92,14 +92,10 @@ static void suspend(tui *t) {
 }
 
 static entry *add_entry(tui *t, int role, const char *text) {
-    if (t->n_ents == t->cap_ents) {
-        int    cap = t->cap_ents ? t->cap_ents * 2 : 32;
-        entry *e   = realloc(t->ents, (size_t)cap * sizeof *e);
-        if (!e)
-            return NULL;
-        t->ents     = e;
-        t->cap_ents = cap;
-    }
+    entry *ents = k3_grow(t->ents, &t->cap_ents, (size_t)t->n_ents + 1, sizeof *ents, 32);
+    if (!ents)
+        return NULL;
+    t->ents  = ents;
     entry *e = &t->ents[t->n_ents++];
     memset(e, 0, sizeof *e);
     e->role = role;
