@@ -48,6 +48,8 @@
 #             the content (an empty piece and a reasoning piece between), of a call's arguments;
 #             a high half followed by a piece without its low one, a low one mid-piece, a low one
 #             at a piece's start with no high one before it, and a high one before the call
+#   surrcalls calls whose arguments end in a high half that no low one follows: call 0 (named
+#             only after call 1 came), call 1 "two", call 2 "three"
 #   surrend   "g" and a high half, then U+100400 (the private-use code point k3chat parses such a
 #             low half as) and "h", then "i" and a high half that ends the answer
 #   anything else streams "ok"
@@ -258,6 +260,15 @@ class Fake(FakeHandler):
                                    "function": {"name": "note", "arguments": '{"t": "x' + hi}}]},
                   {"tool_calls": [{"index": 0, "function": {"arguments": lo + 'y"}'}}]}]
             self.wfile.write(b"".join(sse(delta(d)) for d in ev) + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "surrcalls":  # calls whose arguments end in a high half (each a box of its own); call 0
+            hi = "\ud83d"       # is named only after call 1 came, so its box comes after call 1's
+            ev = [{"index": 0, "id": "call_a", "type": "function", "function": {"arguments": '{"a": "p' + hi}},
+                  {"index": 1, "id": "call_b", "type": "function", "function": {"name": "two", "arguments": '{"b": "q' + hi}},
+                  {"index": 0, "function": {"name": "one"}},
+                  {"index": 2, "id": "call_c", "type": "function", "function": {"name": "three", "arguments": '{"c": "r' + hi}}]
+            self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
+                             b"data: [DONE]\n\n")
             return
         if last == "surrend":  # high halves whose low ones never come; a private-use character between
             out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \

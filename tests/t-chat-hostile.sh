@@ -14,7 +14,8 @@
 # /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
 # without a body after one with a message are each named for what they are. A lone UTF-16
 # surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream; the halves of a pair
-# split between two events of one field are joined. The reasoning's token count is the server's
+# split between two events of one field are joined; a half left at a call's end is U+FFFD in
+# that call's own box. The reasoning's token count is the server's
 # usage.completion_tokens_details.reasoning_tokens. --endpoint URLs are
 # read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
 . "$K3_SRC/tests/tui-lib.sh"
@@ -176,6 +177,23 @@ sys.exit(not (m[1]["content"] == "a\U0001F600b \U0001F600 c\ufffdd \ufffde\ufffd
 check "... the call shows whole" grep -qxF -e "$(printf -- '-> note({"t": "x\360\237\230\200y"})')" "$K3_TMP/out8h"
 check "a high half before U+100400, and one that ends the answer: U+FFFD; U+100400 is itself" grep -qxF \
     "$(printf 'g\357\277\275\364\200\220\200hi\357\277\275')" "$K3_TMP/out8h"
+
+# calls whose arguments end in a high half with no low half after it: U+FFFD in each call's own
+# box, shown as kept. A call named only after a later one came (its box after that one's) put its
+# U+FFFD in the box open at the answer's end (another call's), and a box closed by the next call
+# never showed its own
+printf 'surrcalls\n/save %s/calls.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8c" 2>"$K3_TMP/err8c"
+for line in '-> two({"b": "q\357\277\275)' '-> one({"a": "p\357\277\275)' '-> three({"c": "r\357\277\275)'; do
+    check "a call's half alone at its end: U+FFFD in its own box ($line)" \
+        grep -qxF -e "$(printf -- "$line")" "$K3_TMP/out8c"
+done
+check "... and in the calls kept, in their order" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = [(t["function"]["name"], t["function"]["arguments"]) for t in m[1].get("tool_calls") or []]
+sys.exit(c != [("one", "{\"a\": \"p\ufffd"), ("two", "{\"b\": \"q\ufffd"), ("three", "{\"c\": \"r\ufffd")])' \
+    "$K3_TMP/calls.jsonl"
 
 # finish_reason "length" with the context far from full: the server's own default max_tokens
 # (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'

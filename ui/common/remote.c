@@ -46,7 +46,7 @@
 typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
     txt_buf args;      /* the arguments' JSON text so far   */
-    int     shown;     /* "-> name(" went to the UI         */
+    int     shown;     /* "-> name(" went to the UI (its box: remote.box) */
     long    half;      /* the high surrogate that ended the last piece of args, 0 if none (halves_join) */
 } rcall;
 
@@ -78,6 +78,7 @@ typedef struct remote {
     txt_buf     joined;      /* halves_join's text of one piece    */
     rcall      *calls;       /* (n_calls) its tool calls           */
     int         n_calls, cap_calls;
+    int         box; /* the call whose box is open in the UI (ue_emit_call), -1: none */
     int         done, n_prompt, n_completion;
     int         n_reason; /* usage.completion_tokens_details.reasoning_tokens, -1 when not said */
     ue_tokstats tok;
@@ -385,21 +386,38 @@ static int answer_room(remote *r, size_t n) {
     return -1;
 }
 
-/* A tool call is shown in the response as the local engine shows one (ue_emit_call). */
-static void call_show(remote *r, rcall *c) {
+/* Call k's arguments end: a high half that still waits (halves_join) is U+FFFD in them, and in
+ * the call's box when that is the one open (a box is the UI's only open call: one closed takes
+ * no more text, and another call's box must not get it). */
+static void call_half_end(remote *r, int k) {
+    rcall *c = &r->calls[k];
+    if (c->half && !answer_room(r, 3) && !txt_buf_add(&c->args, "\xef\xbf\xbd", 3) && r->box == k)
+        ue_emit_call(r->u, NULL, "\xef\xbf\xbd", 3, 0); /* the call's text path, as its pieces */
+    c->half = 0;
+}
+
+/* The open call box ends: its pending half first, then the box closes. */
+static void box_close(remote *r) {
+    if (r->box < 0)
+        return;
+    call_half_end(r, r->box);
+    ue_emit_call(r->u, NULL, NULL, 0, 1);
+    r->box = -1;
+}
+
+/* Call k is shown in the response as the local engine shows one (ue_emit_call), once it has a
+ * name, in a box of its own: the box open before (the call before it, or a later call a server
+ * named first) is closed. */
+static void call_show(remote *r, int k) {
+    rcall *c = &r->calls[k];
     if (c->shown || !c->name)
         return;
     if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
         r->half[1] = 0;
+    box_close(r);
     c->shown = 1;
+    r->box   = k;
     ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
-}
-
-static void call_close(remote *r, rcall *c) {
-    if (c->shown == 1) {
-        ue_emit_call(r->u, NULL, NULL, 0, 1);
-        c->shown = 2;
-    }
 }
 
 /* 1 when a call's arguments are a whole JSON object (those of a call cut short are not). */
@@ -419,6 +437,7 @@ static void calls_free(remote *r) {
     free(r->calls);
     r->calls   = NULL;
     r->n_calls = r->cap_calls = 0;
+    r->box                    = -1;
 }
 
 /* A field of a call that a later piece may repeat but not change (its id, its name). */
@@ -500,8 +519,7 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             }
             r->calls = c;
             memset(&c[r->n_calls++], 0, sizeof *c);
-            if (idx > 0)
-                call_close(r, &r->calls[idx - 1]);
+            box_close(r); /* the calls before it are done */
         }
         rcall  *c    = &r->calls[idx];
         json_t *fn   = json_object_get(t, "function");
@@ -519,10 +537,10 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             size_t      n = r->joined.n;
             if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
                 return -1;
-            if (c->shown == 1)
+            if (r->box == idx)
                 ue_emit_call(r->u, NULL, a, n, 0);
         }
-        call_show(r, c);
+        call_show(r, (int)idx);
     }
     return 0;
 }
@@ -564,12 +582,8 @@ static void halves_end(remote *r) {
     for (int k = 0; k < 2; k++)
         if (r->half[k] && !piece(r, k ? EV_CH_RESPONSE : EV_CH_THINK, "\xef\xbf\xbd", 3))
             r->half[k] = 0;
-    for (int k = 0; k < r->n_calls; k++) {
-        rcall *c = &r->calls[k];
-        if (c->half && !answer_room(r, 3) && !txt_buf_add(&c->args, "\xef\xbf\xbd", 3) && c->shown == 1)
-            ue_emit_call(r->u, NULL, "\xef\xbf\xbd", 3, 0); /* the call's text path, as its pieces */
-        c->half = 0;
-    }
+    for (int k = 0; k < r->n_calls; k++)
+        call_half_end(r, k);
 }
 
 /* A token count the server reports: 0 when absent or out of any real range (a negative or huge
@@ -962,10 +976,10 @@ static void turn(remote *r, const ue_gen *g, int retry) {
      * that a length finish cut (its arguments are no JSON object): the local engine keeps only
      * whole calls, and one cut would go back to the server in every later request */
     halves_end(r);
+    box_close(r);
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
     for (int k = 0; k < r->n_calls; k++) {
-        call_close(r, &r->calls[k]);
         if (!strcmp(r->finish, "length") && !args_whole(&r->calls[k].args))
             continue;
         if (r->calls[k].name && tc)
