@@ -10,6 +10,11 @@
  * do); a "turn" here is those three renderings around one more exchange, without the model's
  * forward pass (the same for both). Rounds alternate old and new on the same conversation;
  * medians. N: 1,000, 10,000 and 50,000; only when asked (`k3-bench history`).
+ *
+ *   BENCH history_copy_N  X ms ref Y ms   the copy a chat's worker keeps as a turn begins (for a
+ *                                         quit's rescue, ue_turn_begin), autosave on and the file
+ *                                         current: k3_conv_copy_unsaved vs k3_conv_copy (the whole
+ *                                         conversation, what every turn paid before)
  */
 #include "bench.h"
 #include "conv-impl.h"
@@ -18,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int bench_history(void);
 
@@ -56,9 +62,76 @@ static double turn_ms(k3_conv *c, const k3_tok *tok, const k3_msg *user, const k
     return ms;
 }
 
+/* history_turn_N on c (N exchanges): rounds of turn_ms, kept and from scratch alternating. */
+static void turn_bench(k3_conv *c, k3_model *m, const k3_msg *user, const k3_msg *reply, const char *name) {
+    enum { ROUNDS = 7 };
+    const k3_tok *tok;
+    K3_ASSERT(conv_get_tok(c, m, &tok) == K3_OK);
+    int n0;
+    K3_ASSERT(conv_render_kept(c, tok, NULL, &n0) == K3_OK); /* the chat's first figure (after /load) */
+    double old[ROUNDS], kept[ROUNDS];
+    size_t n_old = 0, n_new = 0;
+    for (int r = 0; r < ROUNDS; r++) { /* alternating, the order swapped every round */
+        if (r % 2) {
+            kept[r] = turn_ms(c, tok, user, reply, 1, &n_new);
+            old[r]  = turn_ms(c, tok, user, reply, 0, &n_old);
+        } else {
+            old[r]  = turn_ms(c, tok, user, reply, 0, &n_old);
+            kept[r] = turn_ms(c, tok, user, reply, 1, &n_new);
+        }
+    }
+    K3_ASSERT(n_old == n_new); /* the same prompt */
+    printf("# %s: %d messages, prompt %zu tokens; ms per turn, from scratch:", name, k3_conv_count(c) + 1,
+           n_old);
+    for (int r = 0; r < ROUNDS; r++)
+        printf(" %.2f", old[r]);
+    printf("; kept:");
+    for (int r = 0; r < ROUNDS; r++)
+        printf(" %.3f", kept[r]);
+    printf("\n");
+    bench_report(name, bench_median(kept, ROUNDS), "ms", bench_median(old, ROUNDS), "ms");
+}
+
+/* One turn's copy for the rescue (ue_turn_begin): the user's message added to c, then its copy,
+ * whole or the messages the autosave lacks; the message is taken back. */
+static double copy_ms(k3_conv *c, const k3_msg *user, int unsaved) {
+    K3_ASSERT(k3_conv_add_msg(c, user) == K3_OK);
+    double   t0 = now_s();
+    k3_conv *x  = unsaved ? k3_conv_copy_unsaved(c) : k3_conv_copy(c);
+    double   ms = (now_s() - t0) * 1e3;
+    K3_ASSERT(x && k3_conv_count(x) == (unsaved ? 1 : k3_conv_count(c)));
+    k3_conv_free(x);
+    K3_ASSERT(k3_conv_undo(c) == 1); /* the message only: above the file, no rewrite due */
+    return ms;
+}
+
+/* history_copy_N on c (N exchanges), its autosave written once into a directory of bench_dir. */
+static void copy_bench(k3_conv *c, const k3_msg *user, const char *name) {
+    enum { ROUNDS = 7 };
+    char dir[600], cmd[700];
+    snprintf(dir, sizeof dir, "%s/k3-bench-history-%d", bench_dir(), (int)getpid());
+    K3_ASSERT(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK);
+    double whole[ROUNDS], unsaved[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) { /* alternating, the order swapped every round */
+        int first                    = r % 2;
+        (first ? unsaved : whole)[r] = copy_ms(c, user, first);
+        (first ? whole : unsaved)[r] = copy_ms(c, user, !first);
+    }
+    printf("# %s: %d messages; ms per turn, whole:", name, k3_conv_count(c) + 1);
+    for (int r = 0; r < ROUNDS; r++)
+        printf(" %.3f", whole[r]);
+    printf("; unsaved only:");
+    for (int r = 0; r < ROUNDS; r++)
+        printf(" %.4f", unsaved[r]);
+    printf("\n");
+    bench_report(name, bench_median(unsaved, ROUNDS), "ms", bench_median(whole, ROUNDS), "ms");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd))
+        printf("# history: could not remove %s\n", dir);
+}
+
 int bench_history(void) {
     static const int sizes[] = {1000, 10000, 50000};
-    enum { ROUNDS = 7 };
     if (!bench_asked("history")) {
         printf("# history: only when asked (k3-bench history)\n");
         return 0;
@@ -80,41 +153,21 @@ int bench_history(void) {
               k3_conv_add(seed, K3_ROLE_USER, "What is 2 + 3?", NULL) == K3_OK &&
               k3_conv_generate(seed, m, s, NULL) == K3_OK);
     const k3_msg *user = k3_conv_msg(seed, 0), *reply = k3_conv_msg(seed, 1);
-    const k3_tok *tok;
     char          load[64] = "?";
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "history_turn_%d", sizes[k]);
-        if (!bench_want(name))
+        char turn[64], copy[64];
+        snprintf(turn, sizeof turn, "history_turn_%d", sizes[k]);
+        snprintf(copy, sizeof copy, "history_copy_%d", sizes[k]);
+        if (!bench_want(turn) && !bench_want(copy))
             continue;
         k3_conv *c = k3_conv_new();
         K3_ASSERT(c && k3_conv_set_settings(c, &set) == K3_OK);
         for (int i = 0; i < sizes[k]; i++)
             K3_ASSERT(k3_conv_add_msg(c, user) == K3_OK && k3_conv_add_msg(c, reply) == K3_OK);
-        K3_ASSERT(conv_get_tok(c, m, &tok) == K3_OK);
-        int n0;
-        K3_ASSERT(conv_render_kept(c, tok, NULL, &n0) == K3_OK); /* the chat's first figure (after /load) */
-        double old[ROUNDS], kept[ROUNDS];
-        size_t n_old = 0, n_new = 0;
-        for (int r = 0; r < ROUNDS; r++) { /* alternating, the order swapped every round */
-            if (r % 2) {
-                kept[r] = turn_ms(c, tok, user, reply, 1, &n_new);
-                old[r]  = turn_ms(c, tok, user, reply, 0, &n_old);
-            } else {
-                old[r]  = turn_ms(c, tok, user, reply, 0, &n_old);
-                kept[r] = turn_ms(c, tok, user, reply, 1, &n_new);
-            }
-        }
-        K3_ASSERT(n_old == n_new); /* the same prompt */
-        printf("# %s: %d messages, prompt %zu tokens; ms per turn, from scratch:", name, k3_conv_count(c) + 1,
-               n_old);
-        for (int r = 0; r < ROUNDS; r++)
-            printf(" %.2f", old[r]);
-        printf("; kept:");
-        for (int r = 0; r < ROUNDS; r++)
-            printf(" %.3f", kept[r]);
-        printf("\n");
-        bench_report(name, bench_median(kept, ROUNDS), "ms", bench_median(old, ROUNDS), "ms");
+        if (bench_want(turn))
+            turn_bench(c, m, user, reply, turn);
+        if (bench_want(copy))
+            copy_bench(c, user, copy);
         k3_conv_free(c);
     }
     FILE *f = fopen("/proc/loadavg", "r");

@@ -929,6 +929,12 @@ k3_status k3_conv_autosave(k3_conv *c);
  * the same file as c's would (append, rewrite or a new file), but not the prompt cache, the
  * grammar, a forced reply or the autosave gate. NULL when out of memory (k3_errmsg says so). */
 k3_conv *k3_conv_copy(const k3_conv *c);
+/* k3_conv_copy for finishing c's autosave on another thread (a front end's rescue of the turn in
+ * progress: k3_conv_add_msg, then k3_conv_autosave): where c's next autosave would append to its
+ * file, only the messages the file lacks are copied (the copy's autosave appends them and what is
+ * added after them), so the cost follows the turn, not the history; else the whole conversation.
+ * Its messages may then be the newest only: use it for nothing else. */
+k3_conv *k3_conv_copy_unsaved(const k3_conv *c);
 /* Two writers of one autosave file (a front end that saves the turn in progress from another
  * thread while the owner is blocked, and the owner's end of turn): before each write the
  * autosave calls may_write(ud), from the thread that autosaves; 0 and it writes nothing and

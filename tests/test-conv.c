@@ -780,6 +780,122 @@ static void test_copy_gate(void) {
     k3_conv_free(c);
 }
 
+/* A file's text without its header's "created" time (two saves may fall in two seconds). */
+static char *without_created(char *s) {
+    char *at  = s ? strstr(s, "\"created\":\"") : NULL;
+    char *end = at ? strchr(at + 11, '"') : NULL;
+    if (end)
+        memmove(at, end + 1, strlen(end + 1) + 1);
+    return s;
+}
+
+/* k3_conv_copy lists the fields it carries: a conversation with every field a transcript holds
+ * set (header: settings, bits, tool_choice, model identity, tools, a member k3chat does not know;
+ * a system prompt set mid-chat, tool calls and results, stats, an abandoned branch) is loaded,
+ * copied, and the copy's save is the original's, byte for byte: a field the copy forgets fails
+ * here. Its autosave state too: the copy's autosave writes what the original's would. */
+static void test_copy_fields(void) {
+    char p[600], q[600], dir[600], model[600], cfg[700];
+    path_in(model, sizeof model, "every-model");
+    snprintf(cfg, sizeof cfg, "%s/config.json", model);
+    mkdir(model, 0700);
+    write_file(cfg, "{\"x\": 1}", 8);
+    path_in(p, sizeof p, "every.jsonl");
+    path_in(q, sizeof q, "every-copy.jsonl");
+    path_in(dir, sizeof dir, "every-auto");
+    const char *every =
+        "{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"temperature\":0.25,\"top_p\":0.5,"
+        "\"min_p\":0.125,\"top_k\":"
+        "7,\"seed\":99,\"think\":false,\"effort\":\"high\",\"max_tokens\":321,\"bits\":4,\"mla_bits\":8,"
+        "\"head_bits\":8,\"tool_choice\":\"none\"},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"f\"}}],\"x_extra\":{\"kept\":[1,2]}}\n"
+        "{\"role\":\"system\",\"content\":\"late sys\",\"since\":2}\n"
+        "{\"role\":\"user\",\"content\":\"q1\"}\n"
+        "{\"role\":\"assistant\",\"content\":\"old\",\"abandoned\":1}\n"
+        "{\"role\":\"assistant\",\"content\":\"\",\"reasoning\":\"r\",\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}\n"
+        "{\"role\":\"tool\",\"content\":\"out\",\"tool_call_id\":\"c1\",\"name\":\"f\"}\n"
+        "{\"role\":\"assistant\",\"content\":\"a1\",\"interrupted\":true}\n"
+        "{\"role\":\"user\",\"content\":\"q2\"}\n";
+    write_file(p, every, strlen(every));
+    k3_conv *c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p, NULL) == K3_OK && k3_conv_count(c) == 6 && k3_conv_abandoned_count(c) == 1,
+            "the transcript with every field loads (%s)", k3_errmsg());
+    k3_params mp = {.bits = 4, .mla_bits = 8, .head_bits = 6};
+    T_CHECK(k3_conv_set_model(c, model, &mp) == K3_OK && k3_conv_autosave_enable(c, dir) == K3_OK &&
+                k3_conv_autosave(c) == K3_OK,
+            "the model set, autosaved (%s)", k3_errmsg());
+    k3_conv *x = k3_conv_copy(c);
+    T_CHECK(x && k3_conv_save(c, p) == K3_OK && k3_conv_save(x, q) == K3_OK, "saved, and its copy (%s)",
+            k3_errmsg());
+    char *a = without_created(t_read_file(p, NULL)), *b = without_created(t_read_file(q, NULL));
+    T_CHECK(a && b && !strcmp(a, b) && strstr(a, "x_extra") && strstr(a, "\"since\":2") &&
+                strstr(a, "every-model") && strstr(a, "\"head_bits\":6") &&
+                strstr(a, "\"tool_choice\":\"none\"") && strstr(a, "\"abandoned\":1"),
+            "the copy saves as the original, every field in it:\n%s\n%s", a ? a : "?", b ? b : "?");
+    T_CHECK(x && k3_conv_autosave_path(x) && k3_conv_autosave_path(c) &&
+                !strcmp(k3_conv_autosave_path(x), k3_conv_autosave_path(c)),
+            "the copy's autosave is the original's file");
+    free(a);
+    free(b);
+    k3_conv_free(x);
+    k3_conv_free(c);
+}
+
+/* k3_conv_copy_unsaved (what a chat's worker keeps each turn for a quit's rescue): where the
+ * autosave appends, the messages the file lacks only (the whole conversation was copied every
+ * turn: 50 ms at 50,000 exchanges, BENCHMARKS.md), and the file it then writes is the one a
+ * whole copy writes; after an edit (a whole-file rewrite is due) or a settings change, all of it. */
+static void test_copy_unsaved(void) {
+    char dir[600];
+    path_in(dir, sizeof dir, "unsaved");
+    k3_conv *c = sample_conv();
+    T_CHECK(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK, "autosaved (%s)",
+            k3_errmsg());
+    const char *path = k3_conv_autosave_path(c);
+    k3_conv_add(c, K3_ROLE_USER, "third", NULL);
+    k3_conv *t = k3_conv_copy_unsaved(c), *f = k3_conv_copy(c);
+    T_CHECK(t && f && k3_conv_count(t) == 1 && !strcmp(k3_conv_msg(t, 0)->content, "third") &&
+                k3_conv_count(f) == 6,
+            "appending: the copy holds the one message the file lacks (%d of %d)", t ? k3_conv_count(t) : -1,
+            k3_conv_count(c));
+    k3_msg a      = {.role = K3_ROLE_ASSISTANT, .content = "seen so far", .interrupted = 1};
+    char  *before = t_read_file(path, NULL);
+    T_CHECK(t && k3_conv_add_msg(t, &a) == K3_OK && k3_conv_autosave(t) == K3_OK, "the copy's autosave (%s)",
+            k3_errmsg());
+    char *by_t = t_read_file(path, NULL);
+    if (before)
+        write_file(path, before, strlen(before));
+    T_CHECK(f && k3_conv_add_msg(f, &a) == K3_OK && k3_conv_autosave(f) == K3_OK, "the whole copy's (%s)",
+            k3_errmsg());
+    char    *by_f = t_read_file(path, NULL);
+    k3_conv *back = k3_conv_new();
+    T_CHECK(by_t && by_f && !strcmp(by_t, by_f) && k3_conv_load(back, path, NULL) == K3_OK &&
+                k3_conv_count(back) == 7 && !strcmp(k3_conv_msg(back, 6)->content, "seen so far"),
+            "... writes the file the whole copy writes: the message and the answer appended");
+    k3_conv_free(t);
+    k3_conv_free(f);
+    /* a system prompt set mid-chat rewrites the file: a whole copy */
+    k3_conv_set_system(c, "new sys");
+    t = k3_conv_copy_unsaved(c);
+    T_CHECK(t && k3_conv_count(t) == k3_conv_count(c), "after an edit: the whole conversation (%d of %d)",
+            t ? k3_conv_count(t) : -1, k3_conv_count(c));
+    k3_conv_free(t);
+    T_CHECK(k3_conv_autosave(c) == K3_OK, "the owner's autosave rewrites the file (%s)", k3_errmsg());
+    k3_conv_settings s;
+    k3_conv_get_settings(c, &s);
+    s.max_tokens = 55;
+    k3_conv_set_settings(c, &s);
+    t = k3_conv_copy_unsaved(c);
+    T_CHECK(t && k3_conv_count(t) == k3_conv_count(c), "after a settings change: the whole conversation");
+    k3_conv_free(t);
+    free(before);
+    free(by_t);
+    free(by_f);
+    k3_conv_free(back);
+    k3_conv_free(c);
+}
+
 static void test_full_disk(void) {
     char dir[600], p[700];
     path_in(dir, sizeof dir, "full");
@@ -1224,6 +1340,8 @@ int main(void) {
     test_failures();
     test_full_disk();
     test_copy_gate();
+    test_copy_fields();
+    test_copy_unsaved();
     test_crash();
     return t_done();
 }

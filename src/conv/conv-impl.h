@@ -143,6 +143,10 @@ void conv_render_forget(k3_conv *c, int i);
 k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n);
 /* Appends a copy of m to the abandoned branch `branch` at position at. */
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
+/* transcript.c: 1 when c's next autosave appends messages [n_saved, n) to its file (the file
+ * exists, nothing below n_saved changed, the header's settings are c's), 0 when it writes the
+ * whole file. */
+int conv_autosave_appends(const k3_conv *c);
 /* conv-gen.c: msgs[from, to) as chat-format messages (pointers into c; out has to - from). */
 void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
 /* conv-gen.c: the chat-format options of c (think, effort, tools, tool_choice). */

@@ -637,18 +637,22 @@ static int copy_str(char **dst, const char *src) {
     return src && !*dst;
 }
 
-k3_conv *k3_conv_copy(const k3_conv *c) {
+/* k3_conv_copy of messages [from, n) only. from > 0 (k3_conv_copy_unsaved: c's autosave appends
+ * and the file holds [0, from)) leaves out what only a whole file writes: the abandoned branches
+ * and the system prompt's "since" (a line of message 0); the copy's autosave appends its messages
+ * [0, n - from), which are c's [from, n). */
+static k3_conv *copy_from(const k3_conv *c, int from) {
     k3_conv *d = k3_conv_new();
     if (!d)
         return NULL;
     int bad = 0;
-    for (int i = 0; i < c->n_msgs && !bad; i++)
+    for (int i = from; i < c->n_msgs && !bad; i++)
         bad = conv_push(d, &c->msgs[i]) != K3_OK;
-    for (int k = 0; k < c->n_aban && !bad; k++)
+    for (int k = 0; k < c->n_aban && !bad && !from; k++)
         if (!(bad = conv_push_abandoned(d, &c->aban[k].m, c->aban[k].at, c->aban[k].branch) != K3_OK))
             d->aban[k].before_sys = c->aban[k].before_sys;
     d->n_branches      = c->n_branches;
-    d->sys_since       = c->sys_since;
+    d->sys_since       = from ? 0 : c->sys_since;
     d->set             = c->set;
     d->n_turns_started = c->n_turns_started;
     memcpy(d->rf_type, c->rf_type, sizeof d->rf_type);
@@ -658,7 +662,7 @@ k3_conv *k3_conv_copy(const k3_conv *c) {
     d->head_bits = c->head_bits;
     /* the autosave as it stands: the copy's next autosave writes what c's would */
     d->autosave_on = c->autosave_on;
-    d->n_saved     = c->n_saved;
+    d->n_saved     = c->n_saved - from;
     d->rewrite     = c->rewrite;
     d->saved_set   = c->saved_set;
     bad |= copy_str(&d->tools, c->tools) || copy_str(&d->rf_schema, c->rf_schema) ||
@@ -670,6 +674,15 @@ k3_conv *k3_conv_copy(const k3_conv *c) {
         return NULL;
     }
     return d;
+}
+
+k3_conv *k3_conv_copy(const k3_conv *c) {
+    return copy_from(c, 0);
+}
+
+k3_conv *k3_conv_copy_unsaved(const k3_conv *c) {
+    int from = c->autosave_on && conv_autosave_appends(c) && c->n_saved <= c->n_msgs ? c->n_saved : 0;
+    return copy_from(c, from);
 }
 
 void k3_conv_set_autosave_gate(k3_conv *c, int (*may_write)(void *ud), void *ud) {

@@ -559,6 +559,10 @@ static int settings_equal(const k3_conv_settings *a, const k3_conv_settings *b) 
            a->sampling.seed == b->sampling.seed && !strcmp(a->tool_choice, b->tool_choice);
 }
 
+int conv_autosave_appends(const k3_conv *c) {
+    return c->autosave_path && !c->rewrite && settings_equal(&c->set, &c->saved_set);
+}
+
 static k3_status autosave_write(k3_conv *c) {
     int has_turn = 0;
     for (int i = 0; i < c->n_msgs; i++)
@@ -567,7 +571,7 @@ static k3_status autosave_write(k3_conv *c) {
         return K3_OK; /* nothing worth a file yet */
     if (c->gate && !c->gate(c->gate_ud))
         return K3_OK; /* another writer has the file (k3_conv_set_autosave_gate) */
-    int       whole = !c->autosave_path || c->rewrite || !settings_equal(&c->set, &c->saved_set);
+    int       whole = !conv_autosave_appends(c);
     sbuf      b     = {0};
     k3_status st;
     if (whole) {

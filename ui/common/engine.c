@@ -127,7 +127,8 @@ static int is_turn(int type) {
 }
 
 void ue_turn_begin(ue *u, const k3_conv *c) {
-    k3_conv *copy = u->autosave_on ? k3_conv_copy(c) : NULL; /* NULL: the rescue says why */
+    /* the messages the autosave lacks (all of them after an edit): NULL, the rescue says why */
+    k3_conv *copy = u->autosave_on ? k3_conv_copy_unsaved(c) : NULL;
     u->call_open  = 0; /* a call the turn before left open (stopped inside it) is not closed here */
     u->call_after = 0;
     u->call_esc.n = 0;

@@ -77,7 +77,8 @@ struct ue {
     pthread_mutex_t mu;        /* guards the fields below                                   */
     int             run_type;  /* the command it runs (EV_CMD_*), 0: none                */
     struct k3_conv *turn_conv; /* the conversation as the turn in progress began, with its
-                                  autosave state (ue_turn_begin), NULL: none             */
+                                  autosave state: the messages its autosave lacks
+                                  (k3_conv_copy_unsaved, ue_turn_begin), NULL: none      */
     int turn_saved;            /* who wrote the turn's end to the autosave: 0 nobody yet, 1
                                   the worker, 2 ue_rescue (then the worker writes no more):
                                   the two writers are exclusive (ue_conv_autosave_enable) */
