@@ -1073,164 +1073,192 @@ static k3_status parse_tool_calls(const lctx *L, json_t *v, k3_msg *m) {
     return K3_OK;
 }
 
-static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
-    k3_status   st;
-    const char *role = NULL;
-    json_t     *rv   = json_object_get(o, "role");
-    if (!rv)
+/* ---- a message line ----
+ * parse_msg reads a line's members in a fixed order, each step below checking its own (the first
+ * error found is the one reported), into one message_in; the line's members a save would not
+ * write are kept (msg_unwritten), and the message is pushed as the active history's or an
+ * abandoned branch's. */
+
+/* A message line as read: m's strings content, reasoning and tools, and its arrays tool_calls,
+ * parts, ids and extra are owned (msg_in_free); tool_call_id, tool_name and the calls' strings
+ * point into the line's JSON. */
+typedef struct msg_in {
+    k3_msg      m;
+    const char *role;   /* as written ("developer" for a system message)                      */
+    const char *rkey;   /* the member the reasoning was read from, NULL: none                 */
+    long long   branch; /* "abandoned": its branch number, 0: the active history              */
+    long long   since;  /* "since" of a system prompt set mid-chat, 0: none                   */
+} msg_in;
+
+static void msg_in_free(msg_in *p) {
+    free(p->m.content);
+    free(p->m.reasoning);
+    free(p->m.parts);
+    free(p->m.ids);
+    free(p->m.tool_calls);
+    free(p->m.tools);
+    free(p->m.extra);
+}
+
+/* "role": system (or developer, rendered as system: k3-chat.md), user, assistant or tool. */
+static k3_status msg_role(const lctx *L, json_t *o, msg_in *p) {
+    k3_status st;
+    if (!json_object_get(o, "role"))
         return LERR(L, "message has no \"role\"");
-    TRY(get_str(L, o, "", "role", &role));
-    if (!role)
+    TRY(get_str(L, o, "", "role", &p->role));
+    if (!p->role)
         return LERR(L, "\"role\" is null, expected \"system\", \"user\" or \"assistant\"");
-    k3_msg m = {0};
-    if (!strcmp(role, "system") || !strcmp(role, "developer"))
-        m.role = K3_ROLE_SYSTEM; /* developer is rendered as system (k3-chat.md) */
-    else if (!strcmp(role, "user"))
-        m.role = K3_ROLE_USER;
-    else if (!strcmp(role, "assistant"))
-        m.role = K3_ROLE_ASSISTANT;
-    else if (!strcmp(role, "tool"))
-        m.role = K3_ROLE_TOOL;
-    else
-        return LERR(L, "role '%s' is not system, user, assistant or tool", role);
-    char       *text = NULL, *reasoning = NULL;
+    static const struct {
+        const char *name;
+        k3_role     role;
+    } roles[] = {{"system", K3_ROLE_SYSTEM},
+                 {"developer", K3_ROLE_SYSTEM},
+                 {"user", K3_ROLE_USER},
+                 {"assistant", K3_ROLE_ASSISTANT},
+                 {"tool", K3_ROLE_TOOL}};
+    for (size_t k = 0; k < sizeof roles / sizeof *roles; k++)
+        if (!strcmp(p->role, roles[k].name))
+            return p->m.role = roles[k].role, K3_OK;
+    return LERR(L, "role '%s' is not system, user, assistant or tool", p->role);
+}
+
+/* The tool members: "tool_calls" (an assistant's), "tool_call_id" (kept on a tool result),
+ * "name" (a tool's, or the speaker's: rendered name="..."), "tools" (declared in place by a
+ * system message). */
+static k3_status msg_tools(const lctx *L, json_t *o, msg_in *p) {
+    k3_status   st;
     const char *tcid = NULL, *tname = NULL;
-    char       *mtools = NULL;
-    if ((st = parse_tool_calls(L, json_object_get(o, "tool_calls"), &m)))
-        goto out;
-    if (m.n_tool_calls && m.role != K3_ROLE_ASSISTANT) {
-        st = LERR(L, "a %s message has \"tool_calls\"; only assistant messages do", role);
-        goto out;
-    }
-    if ((st = get_str(L, o, "", "tool_call_id", &tcid)) || (st = get_str(L, o, "", "name", &tname)))
-        goto out;
-    if (m.role == K3_ROLE_TOOL)
-        m.tool_call_id = (char *)(uintptr_t)tcid;
-    m.tool_name = (char *)(uintptr_t)tname; /* a tool's, or the speaker's (rendered name="...") */
-    json_t *mt  = json_object_get(o, "tools");
-    if (mt && !json_is_null(mt) && m.role == K3_ROLE_SYSTEM) {
-        if (!json_is_array(mt)) {
-            st = LERR(L, "\"tools\" is %s, expected an array", jtype(mt));
-            goto out;
-        }
-        if (json_array_size(mt) && !(mtools = json_dumps(mt, JSON_COMPACT))) {
-            st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
-            goto out;
-        }
-        m.tools = mtools;
-    }
+    TRY(parse_tool_calls(L, json_object_get(o, "tool_calls"), &p->m));
+    if (p->m.n_tool_calls && p->m.role != K3_ROLE_ASSISTANT)
+        return LERR(L, "a %s message has \"tool_calls\"; only assistant messages do", p->role);
+    TRY(get_str(L, o, "", "tool_call_id", &tcid));
+    TRY(get_str(L, o, "", "name", &tname));
+    if (p->m.role == K3_ROLE_TOOL)
+        p->m.tool_call_id = (char *)(uintptr_t)tcid;
+    p->m.tool_name = (char *)(uintptr_t)tname;
+    json_t *mt     = json_object_get(o, "tools");
+    if (!mt || json_is_null(mt) || p->m.role != K3_ROLE_SYSTEM)
+        return K3_OK;
+    if (!json_is_array(mt))
+        return LERR(L, "\"tools\" is %s, expected an array", jtype(mt));
+    if (json_array_size(mt) && !(p->m.tools = json_dumps(mt, JSON_COMPACT)))
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+    return K3_OK;
+}
+
+/* "content" (a string or text parts) and the reasoning: reasoning_content (ours, DeepSeek/vLLM),
+ * reasoning, thinking, the first present; a string or text parts, as the server reads them; an
+ * assistant's only. */
+static k3_status msg_texts(const lctx *L, json_t *o, msg_in *p) {
     k3_content_err ce;
-    if (k3_content_parse(json_object_get(o, "content"), &text, &m.parts, &m.n_parts, &ce)) {
-        st = content_lerr(L, "content", &ce);
-        goto out;
-    }
-    /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking; a string or text
-     * parts, as the server reads them */
+    if (k3_content_parse(json_object_get(o, "content"), &p->m.content, &p->m.parts, &p->m.n_parts, &ce))
+        return content_lerr(L, "content", &ce);
     static const char *const rkeys[] = {"reasoning_content", "reasoning", "thinking"};
-    const char              *rkey    = NULL; /* the one read */
-    for (size_t k = 0; k < 3 && !reasoning; k++) {
+    for (size_t k = 0; k < 3 && !p->m.reasoning; k++) {
         json_t *rj = json_object_get(o, rkeys[k]);
-        if (rj && !json_is_null(rj) && k3_content_parse(rj, &reasoning, NULL, NULL, &ce)) {
-            st = content_lerr(L, rkeys[k], &ce);
-            goto out;
-        }
-        if (reasoning)
-            rkey = rkeys[k];
+        if (rj && !json_is_null(rj) && k3_content_parse(rj, &p->m.reasoning, NULL, NULL, &ce))
+            return content_lerr(L, rkeys[k], &ce);
+        if (p->m.reasoning)
+            p->rkey = rkeys[k];
     }
-    if (reasoning && m.role != K3_ROLE_ASSISTANT) {
-        st = LERR(L, "a %s message has reasoning; only assistant messages do", role);
-        goto out;
-    }
-    if ((st = get_bool(L, o, "", "interrupted", &m.interrupted)))
-        goto out;
+    if (p->m.reasoning && p->m.role != K3_ROLE_ASSISTANT)
+        return LERR(L, "a %s message has reasoning; only assistant messages do", p->role);
+    return K3_OK;
+}
+
+/* "interrupted", "stats" and "token_ids" (each an integer >= 0, at most INT32_MAX). */
+static k3_status msg_turn(const lctx *L, json_t *o, k3_msg *m) {
+    k3_status st;
+    TRY(get_bool(L, o, "", "interrupted", &m->interrupted));
     json_t *stats = json_object_get(o, "stats");
     if (stats) {
-        if ((st = parse_stats(L, stats, &m.stats)))
-            goto out;
-        m.has_stats = 1;
+        TRY(parse_stats(L, stats, &m->stats));
+        m->has_stats = 1;
     }
     json_t *ids = json_object_get(o, "token_ids");
-    if (ids) {
-        if (!json_is_array(ids)) {
-            st = LERR(L, "\"token_ids\" is %s, expected an array of integers", jtype(ids));
-            goto out;
+    if (!ids)
+        return K3_OK;
+    if (!json_is_array(ids))
+        return LERR(L, "\"token_ids\" is %s, expected an array of integers", jtype(ids));
+    m->n_ids = (int)json_array_size(ids);
+    if (!(m->ids = k3_malloc((size_t)m->n_ids * sizeof *m->ids + 1)))
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+    for (int i = 0; i < m->n_ids; i++) {
+        json_t *x = json_array_get(ids, (size_t)i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+            char w[32];
+            return LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i,
+                        jwhat(x, w, sizeof w));
         }
-        m.n_ids = (int)json_array_size(ids);
-        m.ids   = k3_malloc((size_t)m.n_ids * sizeof *m.ids + 1);
-        if (!m.ids) {
-            st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
-            goto out;
-        }
-        for (int i = 0; i < m.n_ids; i++) {
-            json_t *x = json_array_get(ids, (size_t)i);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
-                char w[32];
-                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i,
-                          jwhat(x, w, sizeof w));
-                goto out;
-            }
-            m.ids[i] = (int32_t)json_integer_value(x);
-        }
+        m->ids[i] = (int32_t)json_integer_value(x);
     }
-    /* "abandoned": N marks a message of abandoned branch N (/edit); it is kept, not replayed */
-    json_t   *ab     = json_object_get(o, "abandoned");
-    long long branch = 0;
+    return K3_OK;
+}
+
+/* Where the message goes: "abandoned": N marks a message of abandoned branch N (/edit; true is
+ * 1), kept, not replayed; "since": N on the system prompt says it was set after N of the other
+ * messages (/system mid-conversation), which were answered without it. */
+static k3_status msg_place(const lctx *L, json_t *o, msg_in *p) {
+    json_t *ab = json_object_get(o, "abandoned");
+    char    w[32];
     if (ab && !json_is_null(ab)) {
         if (json_is_true(ab))
-            branch = 1;
+            p->branch = 1;
         else if (json_is_integer(ab) && json_integer_value(ab) >= 1 && json_integer_value(ab) <= INT32_MAX)
-            branch = json_integer_value(ab);
-        else if (!json_is_false(ab)) {
-            char w[32];
-            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)",
-                      jwhat(ab, w, sizeof w));
-            goto out;
-        }
+            p->branch = json_integer_value(ab);
+        else if (!json_is_false(ab))
+            return LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)",
+                        jwhat(ab, w, sizeof w));
     }
-    /* "since": N on the system prompt: it was set after N of the other messages (/system
-     * mid-conversation), which were answered without it */
-    json_t   *sj    = json_object_get(o, "since");
-    long long since = 0;
-    if (sj && !json_is_null(sj)) {
-        if (m.role != K3_ROLE_SYSTEM || branch) {
-            st = LERR(L, "\"since\" is on a %s message; only the system prompt has it",
-                      branch ? "abandoned" : role);
-            goto out;
-        }
-        if (!json_is_integer(sj) || json_integer_value(sj) < 0 || json_integer_value(sj) > INT32_MAX) {
-            char w[32];
-            st = LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jwhat(sj, w, sizeof w));
-            goto out;
-        }
-        since = json_integer_value(sj);
-    }
-    m.content   = text;
-    m.reasoning = reasoning;
-    /* what the line would be written as: the message, its branch and its "since"; its long
-     * values (text, token ids) are cut short, as only objects and their members are compared
-     * (content parts too, whose text stays when there are parts) */
-    k3_msg shape    = m;
-    shape.content   = m.n_parts > 1 ? m.content : "";
-    shape.reasoning = m.reasoning ? "" : NULL;
-    shape.n_ids     = m.n_ids > 1 ? 1 : m.n_ids;
+    json_t *sj = json_object_get(o, "since");
+    if (!sj || json_is_null(sj))
+        return K3_OK;
+    if (p->m.role != K3_ROLE_SYSTEM || p->branch)
+        return LERR(L, "\"since\" is on a %s message; only the system prompt has it",
+                    p->branch ? "abandoned" : p->role);
+    if (!json_is_integer(sj) || json_integer_value(sj) < 0 || json_integer_value(sj) > INT32_MAX)
+        return LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jwhat(sj, w, sizeof w));
+    p->since = json_integer_value(sj);
+    return K3_OK;
+}
+
+/* The members of line o that a save would not write into p->m.extra: the line as it would be
+ * written (the message, its branch and its "since"; its long values, text and token ids, cut
+ * short, as only objects and their members are compared; content parts keep their text)
+ * against the line read. */
+static k3_status msg_unwritten(const lctx *L, json_t *o, msg_in *p) {
+    k3_msg shape    = p->m;
+    shape.content   = p->m.n_parts > 1 ? p->m.content : "";
+    shape.reasoning = p->m.reasoning ? "" : NULL;
+    shape.n_ids     = p->m.n_ids > 1 ? 1 : p->m.n_ids;
     json_t *w = msg_json(&shape), *x = json_object();
-    int     bad = !w || !x || (branch && json_object_set_new(w, "abandoned", json_integer(branch))) ||
-              (since && json_object_set_new(w, "since", json_integer(since))) ||
-              unwritten_members(x, o, w, rkey && strcmp(rkey, "reasoning_content") ? rkey : NULL);
+    int     bad = !w || !x || (p->branch && json_object_set_new(w, "abandoned", json_integer(p->branch))) ||
+              (p->since && json_object_set_new(w, "since", json_integer(p->since))) ||
+              unwritten_members(x, o, w, p->rkey && strcmp(p->rkey, "reasoning_content") ? p->rkey : NULL);
     json_decref(w);
-    if ((st = unknown_text(L, x, bad, &m.extra)))
-        goto out;
-    st = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
-    if (!st && since)
-        c->sys_since = (int)since;
-out:
-    free(text);
-    free(reasoning);
-    free(m.parts);
-    free(m.ids);
-    free(m.tool_calls);
-    free(mtools);
-    free(m.extra);
+    return unknown_text(L, x, bad, &p->m.extra);
+}
+
+/* One message line o into c: its members read in order (the first error found is reported),
+ * then the message pushed. */
+static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
+    msg_in    p  = {0};
+    k3_status st = msg_role(L, o, &p);
+    if (!st)
+        st = msg_tools(L, o, &p);
+    if (!st)
+        st = msg_texts(L, o, &p);
+    if (!st)
+        st = msg_turn(L, o, &p.m);
+    if (!st)
+        st = msg_place(L, o, &p);
+    if (!st)
+        st = msg_unwritten(L, o, &p);
+    if (!st)
+        st = p.branch ? conv_push_abandoned(c, &p.m, c->n_msgs, (int)p.branch) : conv_push(c, &p.m);
+    if (!st && p.since)
+        c->sys_since = (int)p.since;
+    msg_in_free(&p);
     return st;
 }
 
