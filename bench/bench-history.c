@@ -62,6 +62,20 @@ static double turn_ms(k3_conv *c, const k3_tok *tok, const k3_msg *user, const k
     return ms;
 }
 
+/* The rounds of an old and a new way (ms each) on a conversation of n messages, then their
+ * medians as the BENCH line (new, ref old). */
+static void report_rounds(const char *name, int n, const char *what, const char *old_name, double *old,
+                          const char *new_name, double *nw, int rounds) {
+    printf("# %s: %d messages, %s; ms per turn, %s:", name, n, what, old_name);
+    for (int r = 0; r < rounds; r++)
+        printf(" %.4g", old[r]);
+    printf("; %s:", new_name);
+    for (int r = 0; r < rounds; r++)
+        printf(" %.4g", nw[r]);
+    printf("\n");
+    bench_report(name, bench_median(nw, rounds), "ms", bench_median(old, rounds), "ms"); /* sorts them */
+}
+
 /* history_turn_N on c (N exchanges): rounds of turn_ms, kept and from scratch alternating. */
 static void turn_bench(k3_conv *c, k3_model *m, const k3_msg *user, const k3_msg *reply, const char *name) {
     enum { ROUNDS = 7 };
@@ -81,15 +95,9 @@ static void turn_bench(k3_conv *c, k3_model *m, const k3_msg *user, const k3_msg
         }
     }
     K3_ASSERT(n_old == n_new); /* the same prompt */
-    printf("# %s: %d messages, prompt %zu tokens; ms per turn, from scratch:", name, k3_conv_count(c) + 1,
-           n_old);
-    for (int r = 0; r < ROUNDS; r++)
-        printf(" %.2f", old[r]);
-    printf("; kept:");
-    for (int r = 0; r < ROUNDS; r++)
-        printf(" %.3f", kept[r]);
-    printf("\n");
-    bench_report(name, bench_median(kept, ROUNDS), "ms", bench_median(old, ROUNDS), "ms");
+    char what[64];
+    snprintf(what, sizeof what, "prompt %zu tokens", n_old);
+    report_rounds(name, k3_conv_count(c) + 1, what, "from scratch", old, "kept", kept, ROUNDS);
 }
 
 /* One turn's copy for the rescue (ue_turn_begin): the user's message added to c, then its copy,
@@ -117,14 +125,8 @@ static void copy_bench(k3_conv *c, const k3_msg *user, const char *name) {
         (first ? unsaved : whole)[r] = copy_ms(c, user, first);
         (first ? whole : unsaved)[r] = copy_ms(c, user, !first);
     }
-    printf("# %s: %d messages; ms per turn, whole:", name, k3_conv_count(c) + 1);
-    for (int r = 0; r < ROUNDS; r++)
-        printf(" %.3f", whole[r]);
-    printf("; unsaved only:");
-    for (int r = 0; r < ROUNDS; r++)
-        printf(" %.4f", unsaved[r]);
-    printf("\n");
-    bench_report(name, bench_median(unsaved, ROUNDS), "ms", bench_median(whole, ROUNDS), "ms");
+    report_rounds(name, k3_conv_count(c) + 1, "autosave current", "whole", whole, "unsaved only", unsaved,
+                  ROUNDS);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd))
         printf("# history: could not remove %s\n", dir);
