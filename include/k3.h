@@ -62,11 +62,12 @@ const char *k3_kernels(void);
 
 /* An array of *cap elements of elem bytes made to hold need: p when it does, else p reallocated
  * to the first of first, 2 first, 4 first, ... (or twice *cap, ...) that holds need, the last
- * step cut to the bound (SIZE_MAX bytes; INT_MAX elements too for k3_grow) when doubling would
- * pass it, *cap set. NULL, with p and *cap unchanged, on out of memory or when need is past the
- * bound: the caller reports it (K3_ERR_NOMEM in its words). Assign the result to p only when not
- * NULL. The one doubling growth of the engine, the front ends and the tools: k3_grow_z for a
- * size_t capacity, k3_grow for an int one (an array indexed by int). */
+ * step cut to the bound (PTRDIFF_MAX bytes, the most an object may hold; INT_MAX elements too
+ * for k3_grow) when doubling would pass it, *cap set. NULL, with p and *cap unchanged, on out of
+ * memory or when need is past the bound: the caller reports it (K3_ERR_NOMEM in its words).
+ * Assign the result to p only when not NULL. The one doubling growth of the engine, the front
+ * ends and the tools: k3_grow_z for a size_t capacity, k3_grow for an int one (an array indexed
+ * by int). */
 void *k3_grow_z(void *p, size_t *cap, size_t need, size_t elem, size_t first);
 void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first);
 

@@ -157,9 +157,9 @@ static void grow_max_checks(void) {
 }
 
 /* k3_grow_z, the same doubling for size_t capacities (json, k3_ids, st-write, wmap, the
- * markdown layout): capacities, contents kept, and NULL with the array and capacity untouched
- * where the doubled capacity would pass SIZE_MAX / elem or SIZE_MAX itself (a hand-written
- * `cap * 2` wraps there, to a short allocation or a loop that never ends). */
+ * markdown layout): capacities, contents kept, and NULL with the array and capacity untouched,
+ * no allocation tried, where need passes PTRDIFF_MAX bytes (a hand-written `cap * 2` wraps near
+ * SIZE_MAX, to a short allocation or a loop that never ends). */
 static void grow_z_checks(void) {
     size_t    cap  = 0;
     uint64_t *a    = k3_grow_z(NULL, &cap, 1, sizeof *a, 8);
@@ -180,7 +180,7 @@ static void grow_z_checks(void) {
     void  *n2 = k3_grow_z(a, &past, past + 1, 1, 8);
     void  *n3 = k3_grow_z(NULL, &zero, SIZE_MAX, 1, 1);
     T_CHECK(!n1 && half == SIZE_MAX / sizeof *a / 2 + 1 && !n2 && past == SIZE_MAX / 2 + 1 && !n3 && !zero,
-            "k3_grow_z: NULL past SIZE_MAX / elem elements and past SIZE_MAX, the capacity untouched");
+            "k3_grow_z: NULL past PTRDIFF_MAX / elem elements and past SIZE_MAX, the capacity untouched");
     T_CHECK(a[7] == 77, "k3_grow_z: a refused growth leaves the array as it was");
     free(a);
 }

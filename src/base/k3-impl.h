@@ -50,7 +50,7 @@ void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and u
  * K3_ERR_ARG naming it when malformed. Called by k3_params_default. */
 k3_status k3_hugepages_init(void);
 char     *k3_strdup(const char *s);
-/* k3_grow_z and k3_grow (k3.h) with the bound in elements given: max (SIZE_MAX / elem at most). */
+/* k3_grow_z and k3_grow (k3.h) with the bound in elements given: max (PTRDIFF_MAX / elem at most). */
 void *k3_grow_max(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max);
 
 /* Open a model file read-only as a regular file (every file of a model directory opens here):

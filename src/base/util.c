@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -197,15 +198,18 @@ void k3_machine_memory(double *phys, double *limit, double *room) {
 /* ---- allocation ---- */
 
 /* The one doubling: *cap (or first, when 0) doubled until it holds need, the last step cut to
- * max elements (or SIZE_MAX bytes) when doubling would pass it: an int array reaches INT_MAX, not
- * only the last power of two below it. NULL when need itself is past that bound; *cap is set only
- * when the array was (re)allocated. */
+ * max elements (or PTRDIFF_MAX bytes, past which no object can be) when doubling would pass it:
+ * an int array reaches INT_MAX, not only the last power of two below it. NULL when need itself
+ * is past that bound, before any allocation is tried; *cap is set only when the array was
+ * (re)allocated. */
 void *k3_grow_max(void *p, size_t *cap, size_t need, size_t elem, size_t first, size_t max) {
     if (need <= *cap && *cap > 0)
         return p;
-    if (elem > 1 && max > SIZE_MAX / elem)
-        max = SIZE_MAX / elem;
-    if (need > max || !elem)
+    if (!elem)
+        return NULL;
+    if (max > PTRDIFF_MAX / elem)
+        max = PTRDIFF_MAX / elem;
+    if (need > max)
         return NULL;
     size_t c = *cap > 0 ? *cap : first > 0 ? first : 1;
     while (c < need)
