@@ -216,13 +216,10 @@ void inp_free(inp *in) {
 /* The line as UTF-8 (into in->text); cursor byte offset. */
 static size_t line_utf8(inp *in, const wchar_t *b, const wchar_t *e, const wchar_t *cur, size_t *cursor) {
     size_t need = (size_t)(e - b) * 4 + 1, n = 0;
-    if (need > in->text_cap) {
-        char *t = realloc(in->text, need);
-        if (!t)
-            return 0;
-        in->text     = t;
-        in->text_cap = need;
-    }
+    char  *t = k3_grow_z(in->text, &in->text_cap, need, 1, 256); /* not a realloc per key typed */
+    if (!t)
+        return 0;
+    in->text = t;
     for (const wchar_t *p = b; p < e; p++) {
         if (p == cur)
             *cursor = n;
