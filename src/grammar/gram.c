@@ -1101,6 +1101,41 @@ static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
     return 0;
 }
 
+/* c's entry from a walk: acc, the bitset of the nacc ids accepted, in its smallest form (a list
+ * of n ids takes 4n bytes, the bitset 8 * words: GC_ACC, GC_REJ or GC_BITS), and unc, the
+ * uncertain ids (capacity capunc), which c owns from now on; the bytes are charged to f. The kind
+ * is stored last: readers check it without the lock. -1 out of memory (c untouched, unc still
+ * the caller's). */
+static int cache_store(g_pass *f, const k3_gvocab *v, g_cache *c, const uint64_t *acc, int32_t nacc,
+                       int32_t *unc, int nunc, int capunc) {
+    int32_t nrej = v->n_vocab - nacc, *ids = NULL, n = 0;
+    int     kind = nacc <= 2 * v->words ? GC_ACC : nrej <= 2 * v->words ? GC_REJ : GC_BITS;
+    if (kind == GC_BITS) {
+        if (!(c->bits = k3_malloc((size_t)v->words * sizeof *c->bits)))
+            return -1;
+        memcpy(c->bits, acc, (size_t)v->words * sizeof *acc);
+    } else {
+        if (!(ids = k3_malloc(((size_t)(kind == GC_ACC ? nacc : nrej) + 1) * sizeof *ids)))
+            return -1;
+        for (int k = 0; k < v->words; k++) { /* the set (or clear) bits, in id order */
+            uint64_t x = kind == GC_ACC ? acc[k] : ~acc[k];
+            for (; x; x &= x - 1) {
+                int32_t id = k * 64 + __builtin_ctzll(x);
+                if (id < v->n_vocab)
+                    ids[n++] = id;
+            }
+        }
+        c->ids   = ids;
+        c->n_ids = n;
+    }
+    c->unc   = unc;
+    c->n_unc = nunc;
+    f->cache_bytes += (kind == GC_BITS ? (size_t)v->words * sizeof *c->bits : ((size_t)n + 1) * sizeof *ids) +
+                      (size_t)capunc * sizeof *unc;
+    __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE);
+    return 0;
+}
+
 /* The cache entry of reading node `node`: walk the sorted vocabulary from {(node, G_UNK)}
  * through the grammar's fill DFA, sharing the steps of common prefixes and skipping every
  * first byte that kills all branches; a token is accepted when a configuration survives its
@@ -1212,33 +1247,9 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
         }
     }
 #undef FOL
-    /* the smallest form: a list of n ids takes 4n bytes, the bitset 8 * words */
-    int32_t nrej = v->n_vocab - nacc, *ids = NULL, n = 0;
-    int     kind = nacc <= 2 * v->words ? GC_ACC : nrej <= 2 * v->words ? GC_REJ : GC_BITS;
-    if (kind == GC_BITS) {
-        if (!(c->bits = k3_malloc((size_t)v->words * sizeof *c->bits)))
-            goto oom;
-        memcpy(c->bits, acc, (size_t)v->words * sizeof *acc);
-    } else {
-        if (!(ids = k3_malloc(((size_t)(kind == GC_ACC ? nacc : nrej) + 1) * sizeof *ids)))
-            goto oom;
-        for (int k = 0; k < v->words; k++) { /* the set (or clear) bits, in id order */
-            uint64_t x = kind == GC_ACC ? acc[k] : ~acc[k];
-            for (; x; x &= x - 1) {
-                int32_t id = k * 64 + __builtin_ctzll(x);
-                if (id < v->n_vocab)
-                    ids[n++] = id;
-            }
-        }
-        c->ids   = ids;
-        c->n_ids = n;
-    }
-    c->unc     = unc;
-    c->n_unc   = nunc;
+    if (cache_store(f, v, c, acc, nacc, unc, nunc, capunc))
+        goto oom;
     f->stopped = -1;
-    f->cache_bytes += (kind == GC_BITS ? (size_t)v->words * sizeof *c->bits : ((size_t)n + 1) * sizeof *ids) +
-                      (size_t)capunc * sizeof *unc;
-    __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
     return K3_OK;
