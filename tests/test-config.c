@@ -198,6 +198,14 @@ static void config_cases(void) {
     json_object_set_new(tc(j), "hidden_size", json_integer(0));
     expect_cfg("zero", j, "config.json: text_config.hidden_size = 0 is outside", 0);
     j = base();
+    json_object_set_new(tc(j), "qk_nope_head_dim", json_integer(0));
+    expect_cfg("zero-nope", j, "config.json: text_config.qk_nope_head_dim = 0 is outside 1..65536", 0);
+    j = base(); /* a key of rope width 0 is a model: the nope part alone */
+    json_object_set_new(tc(j), "qk_rope_head_dim", json_integer(0));
+    dir = case_dir("zero-rope");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.rope == 0, "qk_rope_head_dim = 0 is read (%s)", k3_errmsg());
+    j = base();
     json_object_set_new(tc(j), "rms_norm_eps", json_real(-1));
     expect_cfg("eps", j, "config.json: text_config.rms_norm_eps = -1 is outside", 0);
     j = base();

@@ -370,15 +370,14 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
         return st;
     if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora)))
         return st;
-    if ((st = t_int(c, "qk_nope_head_dim", 0, 65536, &o->nope)))
+    /* at least 1: the absorbed decode keeps kv_b's nope rows as (kv_lora, nope) matrices, which
+     * the load quantizes (K3_MLA_BITS); a width of 0 gave them no columns to quantize */
+    if ((st = t_int(c, "qk_nope_head_dim", 1, 65536, &o->nope)))
         return st;
     if ((st = t_int(c, "qk_rope_head_dim", 0, 65536, &o->rope)))
         return st;
     if ((st = t_int(c, "v_head_dim", 1, 65536, &o->v_dim)))
         return st;
-    if (o->nope + o->rope == 0)
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s + qk_rope_head_dim is 0 (query/key heads need a width)",
-                      (text_key(c, "qk_nope_head_dim", path, sizeof path), path));
     if ((long)o->n_heads * (o->nope + o->rope + o->v_dim) > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times the head widths exceeds %d",
                       (text_key(c, "num_attention_heads", path, sizeof path), path), DIM_MAX);
