@@ -594,6 +594,31 @@ static void test_corrupt(void) {
             k3_errmsg());
     k3_model_free(m);
 
+    /* K3_X0 rows with an inf in row 2: the session names the file's row and column at its start */
+    char x0[700];
+    snprintf(x0, sizeof x0, "%s/x0.f32", tmp);
+    FILE *xf = fopen(x0, "wb");
+    if (xf) {
+        float row[100] = {0}; /* the tiny preset's hidden_size */
+        for (int r = 0; r < 3; r++) {
+            row[7] = r == 2 ? __builtin_inff() : 0.5f;
+            fwrite(row, sizeof row, 1, xf);
+        }
+        fclose(xf);
+    }
+    k3_params xp;
+    k3_params_default(&xp);
+    xp.bits = xp.mla_bits = xp.head_bits = 32;
+    xp.x0_path                           = x0;
+    m                                    = NULL;
+    k3_session *xs                       = NULL;
+    k3_status   xst                      = k3_model_open(good, &xp, &m) ? K3_ERR_ARG : k3_session_new(m, &xs);
+    T_CHECK(xst == K3_ERR_NUMERIC && !xs &&
+                strstr(k3_errmsg(), "x0.f32: row 2 (position), column 7 is infinite"),
+            "K3_X0 with an inf: the session refuses it naming row and column (%s)", k3_errmsg());
+    k3_session_free(xs);
+    k3_model_free(m);
+
     T_CHECK(k3_model_open("/nonexistent/k3", NULL, &m) != K3_OK && !m && *k3_errmsg(),
             "a missing directory is an error (%s)", k3_errmsg());
     setenv("K3_CHUNK", "zero", 1);
