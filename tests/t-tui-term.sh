@@ -159,6 +159,34 @@ if command -v bash >/dev/null; then
     wait_until "the shell's prompt" 15 at_prompt
     type_line 'echo END=$?'
     check "... Ctrl-D ends it with 0" wait_for "END=0" 5
+    # line mode (libedit): after SIGSTOP and fg nothing showed the prompt again (Ctrl-Z's handler
+    # did; SIGSTOP cannot be caught): SIGCONT now brings back the prompt with the line typed so
+    # far and the cursor where it was. About every second time the SIGCONT's handler ran on the
+    # engine's thread, which left the prompt's read uninterrupted: each fg here must show it
+    lastrow() { [ "$(screen | grep -v '^$' | tail -n 1)" = "$1" ]; }
+    tui_start 80 24 K3_MOCK="$m" -- "bash --rcfile $K3_TMP/bashrc --noprofile -i"
+    wait_for 'k3sh$' 5
+    type_line "$K3CHAT --plain --think off /no/model & echo \$! >$K3_TMP/pid; fg"
+    wait_until "the line-mode prompt" 10 lastrow ">"
+    keys -l d1
+    keys Left
+    n=0
+    for typed in d:d1 x:dx1 y:dxy1; do # the key typed (the first time 'd1' and Left), the line then
+        n=$((n + 1))
+        [ $n -gt 1 ] && keys -l "${typed%%:*}"
+        wait_until "the draft" 5 lastrow "> ${typed#*:}"
+        kill -STOP "$(cat "$K3_TMP/pid")"
+        wait_until "the shell's job line" 5 sh -c "[ \$($T capture-pane -p | grep -c Stopped) -ge $n ]"
+        type_line fg
+        check "line mode, SIGSTOP, fg ($n): the prompt again with the line typed so far" \
+            wait_until "'> ${typed#*:}'" 5 lastrow "> ${typed#*:}"
+    done
+    keys Enter
+    check "... the cursor where it was, the line goes on and is sent whole" wait_for "answer to dxy1" 5
+    keys C-d
+    wait_until "the shell's prompt" 15 at_prompt
+    type_line 'echo END=$?'
+    check "... Ctrl-D ends it with 0" wait_for "END=0" 5
 fi
 # a slow link (ssh with 1.5 s of latency, slow_tty.py): the emoji probe's replies came after it
 # stopped waiting (PROBE_MS), and curses read them as keys: the device attributes reply's tail
