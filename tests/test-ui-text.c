@@ -113,7 +113,8 @@ int main(void) {
     T_CHECK(W("\t") == 8, "tab at column 0 is 8 columns (got %d)", W("\t"));
     T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
     T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));
-    T_CHECK(W("a\x1b[31mb") == 6, "ESC is not drawn, the rest is text (got %d)", W("a\x1b[31mb"));
+    T_CHECK(W("a\x1b[31mb") == 10, "ESC is drawn as its escape \\x1B (4 columns), the rest is text (got %d)",
+            W("a\x1b[31mb"));
     T_CHECK(W("a\xff"
               "b") == 3,
             "an invalid byte counts 1 column (U+FFFD) (got %d)",
@@ -245,10 +246,16 @@ int main(void) {
     txt_cluster("\xe2\x80\xae"
                 "x",
                 4, &bw, &bf);
-    T_CHECK(bw == 0 && (bf & TXT_F_CTRL) &&
+    char shown[8];
+    int  ns = txt_ctrl_shown("\xe2\x80\xae", 3, shown);
+    T_CHECK(bw == 6 && (bf & TXT_F_CTRL) && ns == 6 && !strcmp(shown, "\\u202E") &&
                 W("a\xe2\x80\xae"
-                  "bc") == 3,
-            "U+202E is a control cluster of no width (the full-screen chat leaves it out)");
+                  "bc") == 9,
+            "U+202E is a control cluster as wide as its escape \\u202E, which the full-screen chat draws "
+            "(%d, '%s')",
+            bw, shown);
+    ns = txt_ctrl_shown("\x7f", 1, shown);
+    T_CHECK(ns == 4 && !strcmp(shown, "\\x7F") && W("\x7f") == 4, "DEL shows as \\x7F, 4 columns");
 
     /* what the full-screen chat writes around curses (an OSC 8 link's text and URL) */
     txt_buf     b   = {0};
@@ -256,11 +263,11 @@ int main(void) {
                       "1m\x9b"
                       "2J\t\n\x7f\xc2\x9c\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
     txt_term_drawn(&b, vis, strlen(vis));
-    const char *want = "a[31m1m\xef\xbf\xbd"
-                       "2J\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
+    const char *want = "a\\x1B[31m\\u009B1m\xef\xbf\xbd"
+                       "2J\\x7F\\u009C\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
     T_CHECK(b.n == strlen(want) && !memcmp(b.p, want, b.n),
-            "txt_term_drawn leaves out C0, DEL and C1 controls, shows a raw byte as U+FFFD, keeps the rest "
-            "('%.*s')",
+            "txt_term_drawn shows C0, DEL and C1 controls as their escapes (as curses is given them), "
+            "leaves out tab and newline, shows a raw byte as U+FFFD, keeps the rest ('%.*s')",
             (int)b.n, b.p);
     b.n               = 0;
     const char *uri   = "http://x/a b\x1b]0;T\x07\xc2\x9c\xc2\x9d"

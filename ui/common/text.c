@@ -85,8 +85,8 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         *flags = TXT_F_NL;
         return len;
     }
-    if (txt_ctrl_cp(cp)) {
-        *width = 0;
+    if (txt_ctrl_cp(cp)) { /* drawn as its escape (txt_ctrl_shown): \xHH below U+0080, \uHHHH */
+        *width = cp < 0x80 ? 4 : 6;
         *flags = TXT_F_CTRL;
         return len;
     }
@@ -343,14 +343,28 @@ void txt_term_end(FILE *f, txt_esc *st) {
     txt_term_put(f, NULL, st->hold, (size_t)n);
 }
 
+int txt_ctrl_shown(const char *s, size_t n, char *out) {
+    txt_buf b = {0};
+    int     k = 0;
+    if (txt_escape(&b, NULL, s, n) == 0 && b.n < 8) { /* the one escaping (esc.c) */
+        memcpy(out, b.p, b.n);
+        k = (int)b.n;
+    }
+    out[k] = 0;
+    free(b.p);
+    return k;
+}
+
 int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
     size_t run = 0; /* s[run..off) goes out as it is */
     for (size_t off = 0; off < n;) {
         int    w, f;
         size_t len = txt_cluster(s + off, n - off, &w, &f);
         if (f & (TXT_F_CTRL | TXT_F_NL | TXT_F_TAB | TXT_F_INVALID)) {
+            char e[8];
             if (txt_buf_add(out, s + run, off - run) ||
-                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)))
+                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)) ||
+                ((f & TXT_F_CTRL) && txt_buf_add(out, e, (size_t)txt_ctrl_shown(s + off, len, e))))
                 return -1;
             run = off + len;
         }

@@ -112,8 +112,13 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
             int sp = TXT_TAB - col % TXT_TAB;
             for (int k = 0; k < sp && col < w; k++)
                 mvaddch(y, x + col++, ' ');
-        } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
+        } else if (f & TXT_F_NL) {
             /* not drawn */
+        } else if (f & TXT_F_CTRL) { /* its escape, as line mode and the export show it */
+            char e[8];
+            int  k = txt_ctrl_shown(s + off, len, e);
+            mvaddnstr(y, x + col, e, k < w - col ? k : w - col);
+            col += k < w - col ? k : w - col;
         } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 &&
                    tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
             col += cw; /* a multi-emoji cluster (tui-emoji.c) */
