@@ -200,6 +200,19 @@ keys Enter
 check "... and that is sent" wait_for "answer to hi" 10
 keys C-d
 check "... Ctrl-D ends it with 0" wait_for "EXIT=0" 10
+# a terminal that never answers the probe (its queries taken out of the output): the probe keeps
+# watching the input for late replies (10 s), and a lone Esc, which could begin one, was held
+# until the next key came: Esc did not cancel a history search. It acts after ESCDELAY now
+tui_start 80 24 K3_MOCK="$m" -- "/usr/bin/python3 $K3_SRC/tests/slow_tty.py --no-replies 0 $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 30"
+wait_for "mock · 3 layers" 10
+keys -l "draft"
+keys C-r
+wait_for "history search" 5
+keys Escape
+check "no probe replies: a lone Esc cancels the history search at once" wait_gone "history search" 3
+check "... the line as it was" wait_input "draft" 5
+keys C-u C-d
+check "... Ctrl-D ends it with 0" wait_for "EXIT=0" 10
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5
 check "--theme names the themes there are" has "themes: "

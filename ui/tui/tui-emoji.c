@@ -18,7 +18,8 @@
  * kind that advanced the cursor 2 columns (or 1) is drawn whole. A device attributes request
  * (ESC [ c) ends the probe; a terminal that answers nothing within PROBE_MS gets the
  * stand-ins, and its replies are still taken off the input when they come later (a slow link),
- * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch).
+ * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch); a lone Esc, which could
+ * begin a reply, once ESCDELAY has passed with nothing after it.
  *
  * The probe also measures a text-default character made an emoji by VS16 (U+2764 U+FE0F): many
  * terminals (tmux 3.3, xterm, VTE) keep it in one cell, others widen it to two. Where it took
@@ -77,6 +78,7 @@ static struct {
     char   buf[512];
     size_t have;
     int    widths[EMJ_PROBE_N], n_w;
+    double esc_t; /* when buf came to hold a lone ESC (0: it does not) */
 } pr;
 
 /* Read what the terminal sent within wait_ms, scan it; keys typed meanwhile go back to curses,
@@ -151,12 +153,38 @@ done:
     clearok(curscr, TRUE); /* the probe wrote on the screen */
 }
 
+/* A lone ESC held as the possible start of a reply: the Esc key, when nothing follows it within
+ * ESCDELAY, as curses itself would decide (a reply comes in one piece: the terminal writes it
+ * whole). Held, a lone Esc typed while the probe waited (up to LATE_MS on a terminal that never
+ * answers) did nothing until the next key: a history search it should cancel stayed. */
+static int esc_wait(void) {
+    int lone = pr.pending && pr.have == 1 && pr.buf[0] == '\033';
+    if (!lone) {
+        pr.esc_t = 0;
+        return -1;
+    }
+    double now = now_ms();
+    if (pr.esc_t == 0)
+        pr.esc_t = now;
+    double left = pr.esc_t + get_escdelay() - now;
+    return left > 0 ? (int)left + 1 : 0;
+}
+
+int tui_emoji_esc_wait(void) {
+    return esc_wait();
+}
+
 int tui_emoji_late(void) {
     if (!pr.pending)
         return 0;
     int kinds = E.kinds, vs16 = txt_vs16();
-    if (probe_read(0) || now_ms() > pr.deadline)
+    if (probe_read(0) || now_ms() > pr.deadline) {
         probe_end();
+    } else if (esc_wait() == 0) { /* the Esc key: to curses now */
+        ungetch(27);
+        pr.have  = 0;
+        pr.esc_t = 0;
+    }
     return pr.pending ? 0 : E.kinds != kinds || txt_vs16() != vs16;
 }
 

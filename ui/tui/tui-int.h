@@ -250,6 +250,9 @@ void tui_emoji_probe(void);                /* after the first refresh: measure t
 /* Before curses reads keys: the probe's late replies taken off the terminal's input (keys typed
  * go back to curses); 1 when they changed which kinds are drawn whole (repaint). */
 int tui_emoji_late(void);
+/* While the probe waits: milliseconds until a lone Esc it holds (the start of a reply, or a
+ * key) is given to curses as a key (ESCDELAY after it came), 0 when due now, -1 when none. */
+int tui_emoji_esc_wait(void);
 /* Draw the cluster s[0..n) at (y, x) in w columns in role when it is a multi-emoji one;
  * returns 1 when it did, 0 for other clusters. */
 int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);

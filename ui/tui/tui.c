@@ -1150,6 +1150,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             suspend(t);
         if (got_cont)
             resume(t);
+        if (tui_emoji_esc_wait() == 0)
+            keys = 1; /* a lone Esc the probe held is due as a key */
         if (keys && tui_emoji_late()) { /* the widths may have changed: wrap again */
             t->tc_think.width = t->tc_resp.width = -1;
             clearok(curscr, TRUE);
@@ -1202,6 +1204,9 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 250;
         if (t->quitting && (timeout < 0 || timeout > 250))
             timeout = 250; /* quit_tick */
+        int esc = tui_emoji_esc_wait();
+        if (esc >= 0 && (timeout < 0 || timeout > esc))
+            timeout = esc; /* a lone Esc the probe holds: a key at ESCDELAY */
         if (t->paste) {    /* awake when the paste counts as lost (paste_lost) */
             int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
             if (timeout < 0 || timeout > idle)
