@@ -1151,7 +1151,7 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         if (got_cont)
             resume(t);
         if (tui_emoji_esc_wait() == 0)
-            keys = 1; /* a lone Esc the probe held is due as a key */
+            keys = 1;                   /* a lone Esc the probe held is due as a key */
         if (keys && tui_emoji_late()) { /* the widths may have changed: wrap again */
             t->tc_think.width = t->tc_resp.width = -1;
             clearok(curscr, TRUE);
