@@ -166,8 +166,9 @@ if command -v bash >/dev/null; then
     lastrow() { [ "$(screen | grep -v '^$' | tail -n 1)" = "$1" ]; }
     tui_start 80 24 K3_MOCK="$m" -- "bash --rcfile $K3_TMP/bashrc --noprofile -i"
     wait_for 'k3sh$' 5
-    type_line "$K3CHAT --plain --think off /no/model & echo \$! >$K3_TMP/pid; fg"
+    type_line "$K3CHAT --plain --think off /no/model" # in the foreground from the start
     wait_until "the line-mode prompt" 10 lastrow ">"
+    pgrep -n -x k3chat -P "$($T display -p '#{pane_pid}')" >"$K3_TMP/pid"
     keys -l d1
     keys Left
     n=0

@@ -95,6 +95,22 @@ int main(void) {
     T_CHECK(txt_vs16() == 1, "a width other than 1 or 2 is ignored (got %d)", txt_vs16());
     txt_vs16_set(2);
     T_CHECK(W("❤\uFE0Fx") == 3, "VS16 2 columns wide again: 3 columns (got %d)", W("❤\uFE0Fx"));
+    /* VS15 after an emoji wide by default: 2 columns (xterm, VTE, tmux keep them) unless the probe
+     * saw the terminal draw the text presentation in 1 (kitty) */
+    int vw = -1, vf = 0;
+    txt_cluster("\u231A\uFE0Ex", 7, &vw, &vf);
+    T_CHECK(vw == 2 && !(vf & TXT_F_NARROW) && W("\u231A\uFE0Ex") == 3,
+            "watch + VS15 is 2 columns by default (got %d)", vw);
+    txt_vs15_set(1);
+    txt_cluster("\u231A\uFE0Ex", 7, &vw, &vf);
+    T_CHECK(vw == 1 && (vf & TXT_F_NARROW) && !(vf & TXT_F_EMOJI) && W("\u231A\uFE0Ex") == 2,
+            "VS15 1 column wide: watch + VS15 is 1 column, flagged narrow (got %d)", vw);
+    T_CHECK(W("😀\uFE0E") == 1 && W("\u263A\uFE0E") == 1 && W("👍🏽\uFE0E") == 2 && W("😀") == 2,
+            "... a smiley too; a text-default one stays 1, a skin-toned one and a bare emoji 2");
+    txt_vs15_set(0);
+    T_CHECK(txt_vs15() == 1, "a width other than 1 or 2 is ignored (got %d)", txt_vs15());
+    txt_vs15_set(2);
+    T_CHECK(W("\u231A\uFE0E") == 2, "VS15 2 columns again (got %d)", W("\u231A\uFE0E"));
     T_CHECK(W("e\u0301") == 1, "e + combining acute is 1 column (got %d)", W("e\u0301"));
     T_CHECK(W("a\u0308\u0323b") == 2, "two combining marks on one base (got %d)", W("a\u0308\u0323b"));
     T_CHECK(W("한국어") == 6, "Hangul syllables are 2 columns (got %d)", W("한국어"));

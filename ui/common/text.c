@@ -57,6 +57,17 @@ int txt_vs16(void) {
     return vs16_cols;
 }
 
+static int vs15_cols = 2;
+
+void txt_vs15_set(int cols) {
+    if (cols == 1 || cols == 2)
+        vs15_cols = cols;
+}
+
+int txt_vs15(void) {
+    return vs15_cols;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -68,7 +79,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     size_t           len;
     utf8proc_int32_t cp = decode(s, n, &len), prev = cp;
-    int              w = 0, f = 0, emoji = 0, vs16 = 0;
+    int              w = 0, f = 0, emoji = 0, vs16 = 0, vs15 = 0;
     utf8proc_int32_t state = 0;
     if (cp < 0) {
         *width = 1;
@@ -111,6 +122,8 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
                 break;
             if (c2 == 0xFE0F)
                 vs16 = 1;
+            else if (c2 == 0xFE0E)
+                vs15 = 1;
             else if (is_emoji_pres(c2))
                 emoji = 1;
             off += l2;
@@ -131,6 +144,10 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     if (emoji && ncp == 1)
         w = 1; /* a lone regional indicator */
+    if (vs15 && ncp == 2 && w == 2 && !emoji && vs15_cols == 1) {
+        w = 1; /* a wide emoji in text presentation, where the terminal draws it so (txt_vs15) */
+        f = (f & ~TXT_F_EMOJI) | TXT_F_NARROW;
+    }
     *width = w;
     *flags = f;
     return off;

@@ -22,7 +22,15 @@
 #define TXT_TAB 8
 
 /* Flags of one cluster. */
-enum { TXT_F_TAB = 1, TXT_F_NL = 2, TXT_F_SPACE = 4, TXT_F_INVALID = 8, TXT_F_CTRL = 16, TXT_F_EMOJI = 32 };
+enum {
+    TXT_F_TAB     = 1,
+    TXT_F_NL      = 2,
+    TXT_F_SPACE   = 4,
+    TXT_F_INVALID = 8,
+    TXT_F_CTRL    = 16,
+    TXT_F_EMOJI   = 32,
+    TXT_F_NARROW  = 64 /* a wide emoji in text presentation counted 1 column (txt_vs15) */
+};
 
 /* Measure the cluster at s (n > 0 bytes available): returns its byte length (>= 1), stores its
  * width (tabs: 0, the caller expands them by column) and TXT_F_* flags. */
@@ -35,6 +43,16 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags);
  * draws them. txt_vs16_set takes 1 or 2 (others are ignored). */
 void txt_vs16_set(int cols);
 int  txt_vs16(void);
+/* Columns of an emoji that is wide by default in text presentation, U+FE0E (VARIATION
+ * SELECTOR-15) after it, as in "\u231A\uFE0E": 2 (the default) or 1. Unicode's text presentation
+ * is a one-column glyph, but xterm, VTE, Konsole, Alacritty, st, mintty, Windows Terminal,
+ * iTerm2, Terminal.app and tmux keep the base character's two columns (a selector changes no
+ * width there); kitty, and WezTerm with unicode_version 14 or later, draw it in one. So 2
+ * unless the width probe (tui-emoji.c) saw the terminal take one column: then such a cluster
+ * counts 1 (TXT_F_NARROW) and the full-screen chat writes it over a one-column stand-in, as
+ * curses' wcwidth gives the base 2. txt_vs15_set takes 1 or 2 (others are ignored). */
+void txt_vs15_set(int cols);
+int  txt_vs15(void);
 
 /* Display width of s[0..n) starting at column col0 (tabs depend on the column). */
 int txt_width(const char *s, size_t n, int col0);

@@ -119,6 +119,9 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
             int  k = txt_ctrl_shown(s + off, len, e);
             mvaddnstr(y, x + col, e, k < w - col ? k : w - col);
             col += k < w - col ? k : w - col;
+        } else if ((f & TXT_F_NARROW) && col + cw <= w) {
+            tui_emoji_narrow(y, x + col, s + off, len, role); /* text presentation, 1 column */
+            col += cw;
         } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 &&
                    tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
             col += cw; /* a multi-emoji cluster (tui-emoji.c) */
@@ -442,8 +445,8 @@ static void ent_build(tui *t, int i, int width, int count) {
 /* Lines entry i takes at width, cached in the entry while what they depend on stays. */
 static int ent_lines(tui *t, int i, int width) {
     entry   *e    = &t->ents[i];
-    int64_t  a[9] = {width,       t->raw,    e->role,   (int64_t)e->text.n, (int64_t)e->think.n,
-                     e->expanded, e->queued, e->status, txt_vs16()};
+    int64_t  a[9] = {width,       t->raw,    e->role,   (int64_t)e->text.n,         (int64_t)e->think.n,
+                     e->expanded, e->queued, e->status, txt_vs16() * 4 + txt_vs15()};
     uint64_t key  = tui_hash(TUI_HASH0, a, sizeof a);
     if (e->nl > 0 && e->nl_key == key)
         return e->nl;

@@ -255,7 +255,9 @@ int tui_emoji_late(void);
 int tui_emoji_esc_wait(void);
 /* Draw the cluster s[0..n) at (y, x) in w columns in role when it is a multi-emoji one;
  * returns 1 when it did, 0 for other clusters. */
-int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
+int tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
+/* Draw the cluster s[0..n) that txt_cluster flagged TXT_F_NARROW at (y, x), one column. */
+void tui_emoji_narrow(int y, int x, const char *s, size_t n, int role);
 void tui_emoji_scroll(int y0, int h, int k); /* rows [y0, y0 + h) were scrolled up k (wscrl) */
 void tui_emoji_before(void);                 /* before wnoutrefresh/refresh */
 void tui_emoji_after(void);                  /* after doupdate */
