@@ -40,7 +40,10 @@ static int input_rows(tui *t, int width) {
 
 void tui_layout(tui *t) {
     getmaxyx(stdscr, t->rows, t->cols);
+    int was      = t->too_small;
     t->too_small = t->cols < MIN_COLS || t->rows < MIN_ROWS;
+    if (t->too_small && !was)
+        t->small_from = t->n_ents;
     if (t->too_small)
         return;
     t->input_h  = input_rows(t, t->cols - 2);
@@ -876,11 +879,13 @@ static void render(tui *t) {
     double now = ev_now();
     if (t->too_small) {
         erase();
-        char m[192];
+        char         m[1024];
+        const entry *last = t->n_ents > t->small_from ? &t->ents[t->n_ents - 1] : NULL;
         snprintf(m, sizeof m,
                  "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
-                 "(Ctrl-C or Ctrl-D quits).",
-                 t->cols, t->rows, MIN_COLS, MIN_ROWS);
+                 "(Ctrl-C or Ctrl-D quits).%s%.800s",
+                 t->cols, t->rows, MIN_COLS, MIN_ROWS, last && last->role == ROLE_ERROR ? "  " : "",
+                 last && last->role == ROLE_ERROR && last->text.p ? last->text.p : "");
         int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);

@@ -118,6 +118,8 @@ typedef struct tui {
 
     /* layout */
     int rows, cols, too_small;
+    int small_from; /* entries there were when the terminal became too small: a notice after
+                       them (a refused quit) shows on the too-small screen */
     int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
     int dirty;
     int scroll;       /* conversation lines scrolled up from the bottom */
