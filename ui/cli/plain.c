@@ -974,7 +974,16 @@ int cli_plain(const ui_opts *o) {
             break;
         }
     }
-    if (!p->fatal)
+    if (el && !p->fatal && !p->abandon && !atomic_load(&p->eng->ready)) {
+        /* the user quit at the prompt while the model loads (minutes for a large one): the
+         * load does not stop for a quit, and waiting for it held the terminal until it ended;
+         * commands typed meanwhile had not run (nothing of them is lost: none was a message) */
+        progress_end(p);
+        txt_term_printf(stderr, "k3chat: quitting while the model loads, without waiting for it\n");
+        ue_stop(p->eng);
+        p->abandon = 1;
+    }
+    if (!p->fatal && !p->abandon)
         settle(p);
     if (el)
         el_end(el);
