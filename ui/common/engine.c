@@ -69,6 +69,21 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+int ue_thread_start(pthread_t *th, void *(*fn)(void *), void *arg) {
+    sigset_t ui_sigs, old;
+    sigemptyset(&ui_sigs);
+    sigaddset(&ui_sigs, SIGINT);
+    sigaddset(&ui_sigs, SIGTERM);
+    sigaddset(&ui_sigs, SIGHUP);
+    sigaddset(&ui_sigs, SIGTSTP);
+    sigaddset(&ui_sigs, SIGCONT);
+    sigaddset(&ui_sigs, SIGWINCH);
+    pthread_sigmask(SIG_BLOCK, &ui_sigs, &old);
+    int r = pthread_create(th, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
@@ -79,22 +94,7 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
     u->out           = out;
     u->cmds          = ev_queue_new(0);
     pthread_mutex_init(&u->mu, NULL);
-    /* The front end's signals (Ctrl-C, Ctrl-Z, SIGCONT after a stop, a hang-up) go to the UI
-     * thread alone: the worker and the threads it starts (OpenMP, libcurl) inherit them blocked.
-     * The kernel hands a process's signal to any thread that does not block it: a SIGCONT whose
-     * handler ran on the worker (the UI thread still marked stopped when it came) left line
-     * mode's read uninterrupted, and fg showed no prompt about every second time. */
-    sigset_t ui_sigs, old;
-    sigemptyset(&ui_sigs);
-    sigaddset(&ui_sigs, SIGINT);
-    sigaddset(&ui_sigs, SIGTERM);
-    sigaddset(&ui_sigs, SIGHUP);
-    sigaddset(&ui_sigs, SIGTSTP);
-    sigaddset(&ui_sigs, SIGCONT);
-    sigaddset(&ui_sigs, SIGWINCH);
-    pthread_sigmask(SIG_BLOCK, &ui_sigs, &old);
-    int started = u->cmds && pthread_create(&u->th, NULL, worker_main, u) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int started = u->cmds && ue_thread_start(&u->th, worker_main, u) == 0;
     if (!started) {
         ev_queue_free(u->cmds);
         pthread_mutex_destroy(&u->mu);
@@ -255,7 +255,7 @@ int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char 
     /* the file written, named before the thread may name a new one */
     const char *p = k3_conv_autosave_path(c);
     snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s, p ? ": " : "", p ? p : "");
-    if (k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
+    if (k3_conv_add_msg(x->c, &a) == K3_OK && ue_thread_start(&th, rescue_main, x) == 0) {
         for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
             usleep(10000);
         if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */

@@ -87,6 +87,14 @@ struct ue {
     int  autosave_on;          /* the conversation autosaves (worker.c, remote.c)      */
 };
 
+/* A thread of the front end's (the worker, the TUI's stderr reader) started with the UI's
+ * signals blocked (SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT, SIGWINCH; the threads it starts,
+ * OpenMP's and libcurl's, inherit that): the kernel gives a process's signal to any thread that
+ * does not block it, and a SIGCONT whose handler ran on the worker (the UI thread still marked
+ * stopped when it came) left line mode's read uninterrupted, so fg showed no prompt about every
+ * second time; a SIGWINCH there did not wake the full-screen chat's wait. pthread_create's
+ * result. */
+int ue_thread_start(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
 ue  *ue_start(const ui_opts *o, ev_queue *out);
 void ue_close(ue *u); /* cancel, stop and join the worker, free */
