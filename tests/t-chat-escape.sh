@@ -56,8 +56,23 @@ check "... the commands show escaped, cut between tokens or not" \
     has 'm-ans \x1B]52;c;ZXZpbA==\x07 \u009B1m m-end'
 check "... in the reasoning too" has 'm-think \x1B]0;EVILM\x07 x'
 
+# the full-screen chat showed none of them: the message bodies dropped their control characters
+# (ESC [2J read "[2J"); they show escaped as in line mode and the export, none reaching the terminal
+tui_start 120 30 K3_MOCK="$K3_TMP/evil.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on
+wait_for "mock · 3 layers" 10
+before=$(state)
+type_line hi
+check "full-screen: the answer's commands show escaped, cut between tokens or not" \
+    wait_for 'm-ans \x1B]52;c;ZXZpbA==\x07 \u009B1m m-end' 15
+after=$(state)
+check "... clipboard and title unchanged ('$before' -> '$after')" [ "$before" = "$after" ]
+keys F2
+check "... in the reasoning too" wait_for 'm-think \x1B]0;EVILM\x07 x' 5
+keys C-d
+
 # bidi controls (an override, an isolate, a mark) and a line separator reorder or break what a
-# bidi terminal shows: escaped in line mode, left out by the full-screen chat (not on its byte stream)
+# bidi terminal shows: escaped in line mode and in the full-screen chat (not on its byte stream)
 printf 'delay 0\nresponse bidi \342\200\256evil\342\200\254 \342\201\246x\342\201\251\342\200\217 \342\200\250sep end-bidi\n' >"$K3_TMP/bidi.txt"
 tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
 type_line hi
@@ -67,7 +82,8 @@ tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT /no/model; echo EXIT=\$?
 $T pipe-pane -O "cat >>'$K3_TMP/bidi.bin'"
 wait_for "mock · 3 layers" 10
 type_line hi
-check "full-screen: the answer shows without its bidi controls" wait_for "bidi evil x sep end-bidi" 15
+check "full-screen: the answer shows its bidi controls escaped" \
+    wait_for 'bidi \u202Eevil\u202C \u2066x\u2069\u200F \u2028sep end-bidi' 15
 # the pane's bytes reach bidi.bin through a shell tmux starts for pipe-pane, which a loaded
 # machine runs late: the file may not exist yet when the screen shows the answer (make check:
 # FileNotFoundError), or hold only its start; so first wait until the answer's last word is in it

@@ -56,6 +56,34 @@ type_line "after"
 check "item 17: the chat answers once the window is large enough" wait_for "answer to after" 10
 keys C-d; wait_for "EXIT=0" 5
 
+# --- item 17b: Ctrl-C in a too-small window quit at once: an answer streaming was cut off, and a
+# conversation on no disk (its autosave failed: XDG_DATA_HOME below a regular file) was dropped
+# without the question every other quit asks. Now Ctrl-C stops the answer, the next quit is
+# refused with the reason shown on the too-small screen, and the one after quits
+: >"$K3_TMP/afile"
+printf 'autosave\ndelay 0\nresponse first answer\n---\ndelay 300\nresponse %s STREAM-END\n' "$(seq 1 200 | tr '\n' ' ')" >"$K3_TMP/m17b"
+tui_start 80 24 K3_MOCK="$K3_TMP/m17b" -- "XDG_DATA_HOME=$K3_TMP/afile/data $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "hi"
+wait_for "first answer" 10
+wait_for "autosave:" 5
+type_line "more"
+wait_for "1 2 3" 10
+$T resize-window -x 30 -y 8
+wait_for "too small" 5
+keys C-c
+check "item 17b: too small, Ctrl-C while an answer streams stops it" wait_until "the answer to stop" 10 \
+    sh -c "$T resize-window -x 80 -y 24; sleep 0.3; $T capture-pane -p | grep -q 'stopped'"
+check "item 17b: ... and does not quit" hasnt "EXIT="
+$T resize-window -x 30 -y 8
+wait_for "too small" 5
+keys C-c
+check "item 17b: too small, the quit of a conversation on no disk is refused, saying why" \
+    wait_until "the refusal on the too-small screen" 5 sh -c "$T capture-pane -p | tr '\n' ' ' | grep -q 'is not saved anywhere'"
+check "item 17b: ... and k3chat is still running" hasnt "EXIT="
+keys C-c
+check "item 17b: the same request again quits" wait_for "EXIT=0" 10
+
 # --- item 28: small screens wrap the notice, the welcome line and /help ---------------------
 run_mock 80 24 "$m31"
 wait_for "mock · 3 layers" 10

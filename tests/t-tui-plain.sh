@@ -129,13 +129,27 @@ if command -v tmux >/dev/null; then
         check "SIG$sig at the line-mode prompt: exits with $st" wait_until "'EXIT=$st'" 5 on_screen "EXIT=$st"
         check "SIG$sig at the line-mode prompt: the terminal is restored" wait_until "'icanon echo'" 5 on_screen "^icanon echo"
     done
+    # Ctrl-C at an empty prompt while the model loads (minutes for a large one) waited for the
+    # whole load before k3chat quit, the terminal held meanwhile; it quits at once now
+    # plain_tm NAME SCRIPT ARGS...: a fresh tmux server NAME running k3chat --plain ARGS on SCRIPT
+    plain_tm() {
+        tmux_end "$tm"
+        tm="tmux -L $1 -f /dev/null"
+        _ms=$2
+        shift 2
+        $tm new-session -d -x 100 -y 20 -e K3_MOCK="$_ms" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
+            "env TERM=xterm-256color $k --plain $* /no/model; echo EXIT=\$?; sleep 30"
+    }
+    printf 'load 600000\nresponse r\n' >"$K3_TMP/slowload.txt"
+    plain_tm k3plainload "$K3_TMP/slowload.txt"
+    wait_until "the line-mode prompt" 5 on_screen '^>'
+    $tm send-keys C-c
+    check "Ctrl-C at the prompt while the model loads quits at once, with 0" wait_until "'EXIT=0'" 10 on_screen "EXIT=0"
+    check "... saying it did not wait for the load" on_screen "quitting while the model loads"
     # /edit offers a loaded transcript's message on the prompt: its control characters are text,
     # not keys (^A moved the cursor, so 'x^Ay' was sent as 'yx'; ESC ] ran a meta key)
     printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\\u0001y \\u001b]0;T\\u0007 z"}\n{"role":"assistant","content":"a"}\n' >"$K3_TMP/ctl.jsonl"
-    tmux_end "$tm"
-    tm="tmux -L k3plainedit -f /dev/null"
-    $tm new-session -d -x 100 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
-        "env TERM=xterm-256color $k --plain --load $K3_TMP/ctl.jsonl /no/model; echo EXIT=\$?; sleep 30"
+    plain_tm k3plainedit "$m" --load "$K3_TMP/ctl.jsonl"
     wait_until "the line-mode prompt" 5 on_screen '^>'
     $tm send-keys -l "/edit"; $tm send-keys Enter
     wait_until "the /edit notice" 5 on_screen "replaces your last one"

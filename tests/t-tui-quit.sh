@@ -191,5 +191,38 @@ quit_blocked 8
 check "8: one autosave file" one_autosave
 check "8: holding the turn once" msgs_are "$(autosaves)" "user:hello
 assistant:whole answer"
-check "8: the rescue says the engine saved it" grep -q "the engine had autosaved the turn itself.* (or was writing it) when it stopped answering" "$K3_TMP/stderr.txt"
+check "8: the rescue says the engine saved it, and where" grep -q "the engine had autosaved the turn itself in .*k3chat/.*jsonl when it stopped answering" "$K3_TMP/stderr.txt"
+
+# 9: line mode (--plain; here reading a pipe): Ctrl-C (SIGINT) stopped nothing and a second one
+# did nothing either: k3chat waited for the blocked worker for ever, only SIGKILL ended it. Now a
+# stop that does not come within a second is told, and Ctrl-C then quits without the worker, the
+# message and what came of the answer (its reasoning too) in the autosave, marked interrupted
+rm -rf "$K3_TMP/data" "$K3_TMP/lm"
+mkdir -p "$K3_TMP/lm" && mkfifo "$K3_TMP/lm/in"
+printf 'autosave\ndelay 0\nstall 600000\nthink pondering\nresponse words\n' >"$K3_TMP/lm/mock.txt"
+K3_MOCK="$K3_TMP/lm/mock.txt" XDG_DATA_HOME="$K3_TMP/data" XDG_STATE_HOME="$K3_TMP/state" \
+    "$K3CHAT" --plain /no/model <"$K3_TMP/lm/in" >"$K3_TMP/lm/out" 2>"$K3_TMP/lm/err" &
+lpid=$!
+exec 7>"$K3_TMP/lm/in"
+echo "hello" >&7
+wait_until "line mode: the reasoning's first token" 30 grep -q pon "$K3_TMP/lm/err"
+kill -INT "$lpid"
+check "9: line mode, a Ctrl-C the engine does not obey is told, and what another does" \
+    wait_until "the notice on stderr" 10 grep -q "Ctrl-C again quits without waiting for it" "$K3_TMP/lm/err"
+kill -INT "$lpid"
+lgone() { ! kill -0 "$lpid" 2>/dev/null; }
+check "9: the next Ctrl-C quits without the blocked worker" wait_until "k3chat to end" 15 lgone
+kill -KILL "$lpid" 2>/dev/null
+wait "$lpid"
+lrc=$?
+exec 7>&-
+check "9: exit status 0: the turn is autosaved (got $lrc)" [ "$lrc" -eq 0 ]
+check "9: it says it did not wait and where the conversation is" sh -c "grep -q 'quitting without waiting for the engine' '$K3_TMP/lm/err' &&
+    grep -q 'the conversation is autosaved in .*k3chat/.*jsonl, the last answer marked interrupted' '$K3_TMP/lm/err'"
+check "9: the autosave holds the message and the answer so far, interrupted, with its reasoning" /usr/bin/python3 -c '
+import glob, json, sys
+files = glob.glob(sys.argv[1] + "/k3chat/*.jsonl")
+msgs = [m for m in (json.loads(l) for l in open(files[0], encoding="utf-8")) if "role" in m] if len(files) == 1 else []
+sys.exit(not (len(msgs) == 2 and msgs[0]["content"] == "hello" and msgs[1].get("interrupted") is True
+              and msgs[1]["content"] == "" and msgs[1].get("reasoning_content") == "pon"))' "$K3_TMP/data"
 finish

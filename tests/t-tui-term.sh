@@ -159,6 +159,35 @@ if command -v bash >/dev/null; then
     wait_until "the shell's prompt" 15 at_prompt
     type_line 'echo END=$?'
     check "... Ctrl-D ends it with 0" wait_for "END=0" 5
+    # line mode (libedit): after SIGSTOP and fg nothing showed the prompt again (Ctrl-Z's handler
+    # did; SIGSTOP cannot be caught): SIGCONT now brings back the prompt with the line typed so
+    # far and the cursor where it was. About every second time the SIGCONT's handler ran on the
+    # engine's thread, which left the prompt's read uninterrupted: each fg here must show it
+    lastrow() { [ "$(screen | grep -v '^$' | tail -n 1)" = "$1" ]; }
+    tui_start 80 24 K3_MOCK="$m" -- "bash --rcfile $K3_TMP/bashrc --noprofile -i"
+    wait_for 'k3sh$' 5
+    type_line "$K3CHAT --plain --think off /no/model" # in the foreground from the start
+    wait_until "the line-mode prompt" 10 lastrow ">"
+    pgrep -n -x k3chat -P "$($T display -p '#{pane_pid}')" >"$K3_TMP/pid"
+    keys -l d1
+    keys Left
+    n=0
+    for typed in d:d1 x:dx1 y:dxy1; do # the key typed (the first time 'd1' and Left), the line then
+        n=$((n + 1))
+        [ $n -gt 1 ] && keys -l "${typed%%:*}"
+        wait_until "the draft" 5 lastrow "> ${typed#*:}"
+        kill -STOP "$(cat "$K3_TMP/pid")"
+        wait_until "the shell's job line" 5 sh -c "[ \$($T capture-pane -p | grep -c Stopped) -ge $n ]"
+        type_line fg
+        check "line mode, SIGSTOP, fg ($n): the prompt again with the line typed so far" \
+            wait_until "'> ${typed#*:}'" 5 lastrow "> ${typed#*:}"
+    done
+    keys Enter
+    check "... the cursor where it was, the line goes on and is sent whole" wait_for "answer to dxy1" 5
+    keys C-d
+    wait_until "the shell's prompt" 15 at_prompt
+    type_line 'echo END=$?'
+    check "... Ctrl-D ends it with 0" wait_for "END=0" 5
 fi
 # a slow link (ssh with 1.5 s of latency, slow_tty.py): the emoji probe's replies came after it
 # stopped waiting (PROBE_MS), and curses read them as keys: the device attributes reply's tail
@@ -171,6 +200,19 @@ check "a slow link: the input line holds what was typed, no reply of the termina
 keys Enter
 check "... and that is sent" wait_for "answer to hi" 10
 keys C-d
+check "... Ctrl-D ends it with 0" wait_for "EXIT=0" 10
+# a terminal that never answers the probe (its queries taken out of the output): the probe keeps
+# watching the input for late replies (10 s), and a lone Esc, which could begin one, was held
+# until the next key came: Esc did not cancel a history search. It acts after ESCDELAY now
+tui_start 80 24 K3_MOCK="$m" -- "/usr/bin/python3 $K3_SRC/tests/slow_tty.py --no-replies 0 $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 30"
+wait_for "mock · 3 layers" 10
+keys -l "draft"
+keys C-r
+wait_for "history search" 5
+keys Escape
+check "no probe replies: a lone Esc cancels the history search at once" wait_gone "history search" 3
+check "... the line as it was" wait_input "draft" 5
+keys C-u C-d
 check "... Ctrl-D ends it with 0" wait_for "EXIT=0" 10
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5

@@ -69,7 +69,7 @@ static void test_probe(void) {
     for (size_t k = 0; k + 3 < req.n; k++)
         asks += !memcmp(req.p + k, "\033[6n", 4);
     T_CHECK(asks == EMJ_PROBE_N && strstr(req.p, FAM) && strstr(req.p, FLAG) && strstr(req.p, SKIN) &&
-                strstr(req.p, HEART),
+                strstr(req.p, HEART) && strstr(req.p, "\u231A\uFE0E"),
             "it writes each sample and asks the cursor position after each (%d)", asks);
     T_CHECK(req.n >= 13 && !memcmp(req.p + req.n - 13, "\033[c\033[1;1H\033[2K", 13),
             "... then device attributes, and erases");
@@ -95,6 +95,12 @@ static void test_probe(void) {
     T_CHECK(emj_probe_vs16(w3, 4) == 1 && emj_probe_vs16(w4, 4) == 2, "VS16 measured 1 and 2 columns");
     T_CHECK(emj_probe_vs16(w5, 4) == 0 && emj_probe_vs16(w3, 3) == 0, "another width, or no reply: unknown");
     T_CHECK(emj_probe_result(w3, 4) == (EMJ_ZWJ | EMJ_FLAG), "the VS16 sample is no kind drawn whole");
+    /* the VS15 sample (a watch, wide by default): most terminals keep 2 columns, kitty draws 1 */
+    int w6[5] = {2, 2, 2, 1, 1}, w7[5] = {2, 2, 4, 1, 2};
+    T_CHECK(emj_probe_vs15(w6, 5) == 1 && emj_probe_vs15(w7, 5) == 2 && emj_probe_vs15(w7, 4) == 0,
+            "VS15 measured 1 and 2 columns, unknown without its reply");
+    T_CHECK(emj_probe_result(w6, 5) == EMJ_ALL && emj_probe_vs16(w6, 5) == 1,
+            "the VS15 sample is no kind drawn whole, and leaves the VS16 one alone");
 
     /* replies are bytes, not C strings: nothing is read past n */
     const char raw[8] = {'\033', '[', '5', ';', '1', '2', 'R', 'X'};

@@ -1316,6 +1316,10 @@ static void test_bad_input(void) {
     const char ctl[] = "esc \033[31m red \033]8;;x\a";
     render(ctl, 40, 0);
     T_CHECK(!any_line_has("\033"), "control characters never reach a line");
+    T_CHECK(any_line_has("esc \\x1B[31m red \\x1B]8;;x\\x07") && all_fit(40),
+            "they show as their escapes, as line mode and the export show them ('%s')", line(0));
+    render("```\ncode \033[2J \xc2\x9b end\n```\n", 40, 0);
+    T_CHECK(any_line_has("code \\x1B[2J \\u009B end") && !any_line_has("\033") && all_fit(40), "in code too");
     for (int w = -3; w < 4; w++) {
         rc = render("# h\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\ncode\n```\n- x\n  - y\n> q\n", w, 0);
         T_CHECK(rc == 0 && all_fit(w < 2 ? 2 : w), "width %d: everything fits", w);

@@ -10,10 +10,12 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Waits (up to s seconds) for an event of type on q, dropping the others; 1 when it came. */
@@ -92,5 +94,45 @@ int main(void) {
             st ? -1 : k3_conv_count(c), st ? k3_errmsg() : "ok");
     k3_conv_free(c);
     ev_queue_free(q);
+
+    /* The other order with a failed write: the worker took the turn's autosave, the write failed
+     * (here the file became a directory; a full disk alike), and it blocked before it told the
+     * UI. The rescue, which then writes nothing, said the engine "had autosaved the turn itself"
+     * and returned 0: the user quit believing the conversation was on disk. It must say that it
+     * is not, naming the file and the error, and return -1. */
+    snprintf(data, sizeof data, "%s/data2", dir);
+    setenv("XDG_DATA_HOME", data, 1);
+    f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fputs("autosave\ndelay 0\nresponse first answer\n---\nstall-end 600000\nresponse second answer\n", f);
+    fclose(f);
+    q = ev_queue_new(0);
+    u = q ? ue_start(&o, q) : NULL;
+    T_CHECK(u && wait_ev(q, EV_READY, 60), "the second mock engine starts");
+    if (!u)
+        return t_done();
+    ue_send(u, "one", &g);
+    T_CHECK(wait_ev(q, EV_ACK, 60), "the first turn ends, autosaved");
+    snprintf(kdir, sizeof kdir, "%s/k3chat", data);
+    one[0] = 0;
+    d      = opendir(kdir);
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.')
+            snprintf(one, sizeof one, "%s/%s", kdir, e->d_name);
+    if (d)
+        closedir(d);
+    T_CHECK(one[0] && unlink(one) == 0 && mkdir(one, 0700) == 0, "the autosave file %s becomes a directory",
+            one);
+    ue_send(u, "two", &g);
+    T_CHECK(wait_ev(q, EV_ERROR, 60),
+            "the worker's autosave of the second turn fails (EV_ERROR), then it stalls");
+    r = ue_rescue(u, "second answer", NULL, 60, msg, sizeof msg);
+    T_CHECK(r == -1 && strstr(msg, "not saved") && strstr(msg, one) && strstr(msg, strerror(EISDIR)),
+            "the rescue says the turn is not saved, naming the file and the error (%d: %s)", r, msg);
+    ue_stop(u);
+    ue_abandon(u); /* stalled for good: left behind, as a quit does; its queue stays */
     return t_done();
 }

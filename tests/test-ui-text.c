@@ -95,6 +95,22 @@ int main(void) {
     T_CHECK(txt_vs16() == 1, "a width other than 1 or 2 is ignored (got %d)", txt_vs16());
     txt_vs16_set(2);
     T_CHECK(W("❤\uFE0Fx") == 3, "VS16 2 columns wide again: 3 columns (got %d)", W("❤\uFE0Fx"));
+    /* VS15 after an emoji wide by default: 2 columns (xterm, VTE, tmux keep them) unless the probe
+     * saw the terminal draw the text presentation in 1 (kitty) */
+    int vw = -1, vf = 0;
+    txt_cluster("\u231A\uFE0Ex", 7, &vw, &vf);
+    T_CHECK(vw == 2 && !(vf & TXT_F_NARROW) && W("\u231A\uFE0Ex") == 3,
+            "watch + VS15 is 2 columns by default (got %d)", vw);
+    txt_vs15_set(1);
+    txt_cluster("\u231A\uFE0Ex", 7, &vw, &vf);
+    T_CHECK(vw == 1 && (vf & TXT_F_NARROW) && !(vf & TXT_F_EMOJI) && W("\u231A\uFE0Ex") == 2,
+            "VS15 1 column wide: watch + VS15 is 1 column, flagged narrow (got %d)", vw);
+    T_CHECK(W("😀\uFE0E") == 1 && W("\u263A\uFE0E") == 1 && W("👍🏽\uFE0E") == 2 && W("😀") == 2,
+            "... a smiley too; a text-default one stays 1, a skin-toned one and a bare emoji 2");
+    txt_vs15_set(0);
+    T_CHECK(txt_vs15() == 1, "a width other than 1 or 2 is ignored (got %d)", txt_vs15());
+    txt_vs15_set(2);
+    T_CHECK(W("\u231A\uFE0E") == 2, "VS15 2 columns again (got %d)", W("\u231A\uFE0E"));
     T_CHECK(W("e\u0301") == 1, "e + combining acute is 1 column (got %d)", W("e\u0301"));
     T_CHECK(W("a\u0308\u0323b") == 2, "two combining marks on one base (got %d)", W("a\u0308\u0323b"));
     T_CHECK(W("한국어") == 6, "Hangul syllables are 2 columns (got %d)", W("한국어"));
@@ -113,7 +129,8 @@ int main(void) {
     T_CHECK(W("\t") == 8, "tab at column 0 is 8 columns (got %d)", W("\t"));
     T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
     T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));
-    T_CHECK(W("a\x1b[31mb") == 6, "ESC is not drawn, the rest is text (got %d)", W("a\x1b[31mb"));
+    T_CHECK(W("a\x1b[31mb") == 10, "ESC is drawn as its escape \\x1B (4 columns), the rest is text (got %d)",
+            W("a\x1b[31mb"));
     T_CHECK(W("a\xff"
               "b") == 3,
             "an invalid byte counts 1 column (U+FFFD) (got %d)",
@@ -245,10 +262,16 @@ int main(void) {
     txt_cluster("\xe2\x80\xae"
                 "x",
                 4, &bw, &bf);
-    T_CHECK(bw == 0 && (bf & TXT_F_CTRL) &&
+    char shown[8];
+    int  ns = txt_ctrl_shown("\xe2\x80\xae", 3, shown);
+    T_CHECK(bw == 6 && (bf & TXT_F_CTRL) && ns == 6 && !strcmp(shown, "\\u202E") &&
                 W("a\xe2\x80\xae"
-                  "bc") == 3,
-            "U+202E is a control cluster of no width (the full-screen chat leaves it out)");
+                  "bc") == 9,
+            "U+202E is a control cluster as wide as its escape \\u202E, which the full-screen chat draws "
+            "(%d, '%s')",
+            bw, shown);
+    ns = txt_ctrl_shown("\x7f", 1, shown);
+    T_CHECK(ns == 4 && !strcmp(shown, "\\x7F") && W("\x7f") == 4, "DEL shows as \\x7F, 4 columns");
 
     /* what the full-screen chat writes around curses (an OSC 8 link's text and URL) */
     txt_buf     b   = {0};
@@ -256,11 +279,11 @@ int main(void) {
                       "1m\x9b"
                       "2J\t\n\x7f\xc2\x9c\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
     txt_term_drawn(&b, vis, strlen(vis));
-    const char *want = "a[31m1m\xef\xbf\xbd"
-                       "2J\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
+    const char *want = "a\\x1B[31m\\u009B1m\xef\xbf\xbd"
+                       "2J\\x7F\\u009C\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
     T_CHECK(b.n == strlen(want) && !memcmp(b.p, want, b.n),
-            "txt_term_drawn leaves out C0, DEL and C1 controls, shows a raw byte as U+FFFD, keeps the rest "
-            "('%.*s')",
+            "txt_term_drawn shows C0, DEL and C1 controls as their escapes (as curses is given them), "
+            "leaves out tab and newline, shows a raw byte as U+FFFD, keeps the rest ('%.*s')",
             (int)b.n, b.p);
     b.n               = 0;
     const char *uri   = "http://x/a b\x1b]0;T\x07\xc2\x9c\xc2\x9d"

@@ -5,7 +5,10 @@
  * when stderr is a terminal other than TERM=dumb (which gets no escape sequences at all).
  * Notices and errors go to stderr as "k3chat: ...". On a terminal the line is read with libedit
  * (history shared with the TUI); otherwise with getline(). Ctrl-C stops the answer in progress
- * (a message still waiting for the model included); at the prompt it clears a typed line, and
+ * (a message still waiting for the model included); one the engine does not obey within a second
+ * (blocked in a hung file system or server) is told so, and Ctrl-C then quits without waiting,
+ * what came of the answer autosaved, marked interrupted (ue_rescue), as in the full-screen chat;
+ * at the prompt it clears a typed line, and
  * at an empty prompt (or at end of input) k3chat exits once the last answer is complete. The
  * exit status is 1 when the model failed to load (whether or not anything was read), a message
  * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt; unless a
@@ -97,11 +100,23 @@ static void                  on_tstp(int sig) {
     got_cont = 1;
                      errno    = e;
 }
-/* on_tstp as SIGTSTP's handler; restart: whether an interrupted read or write restarts */
+/* SIGCONT after a SIGSTOP, which cannot be caught (kill -STOP, a debugger): the shell wrote its
+ * job line and prompt, and at fg nothing showed the prompt again. While libedit reads a line the
+ * read returns (no SA_RESTART) and the loop redraws the prompt with the line typed so far, as
+ * after Ctrl-Z; libedit puts its own terminal modes back as it reads again. */
+static void on_cont(int sig) {
+    (void)sig;
+    got_cont = 1;
+}
+/* on_tstp as SIGTSTP's handler and on_cont as SIGCONT's; restart: whether an interrupted read or
+ * write restarts */
 static void tstp_mode(int restart) {
     tstp_act.sa_handler = on_tstp;
     tstp_act.sa_flags   = restart ? SA_RESTART : 0;
     sigaction(SIGTSTP, &tstp_act, NULL);
+    struct sigaction ca = tstp_act;
+    ca.sa_handler       = on_cont;
+    sigaction(SIGCONT, &ca, NULL);
 }
 
 typedef struct plain {
@@ -124,6 +139,11 @@ typedef struct plain {
     txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
     int           n_ans, cap_ans;
     txt_buf       cur;       /* the answer streaming now                            */
+    txt_buf       think;     /* its reasoning, for a rescue (ue_rescue)              */
+    double        stop_t;    /* when Ctrl-C asked the turn to stop (0: not asked)    */
+    int           stop_told; /* the stop did not come and the user was told so      */
+    int           abandon;   /* quitting without the worker, which did not stop     */
+    int           rescued;   /* ue_rescue's result then                             */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
@@ -248,7 +268,7 @@ static void report_cut(plain *p, int how, const ue_stats *s) {
                                 "/forget drops the oldest exchange, /clear starts anew\n");
 }
 
-static void push_literal(EditLine *el, const char *s);
+static void push_literal(EditLine *el, const char *s, int back);
 
 /* Handle one event; returns 1 when a turn finished. */
 static int on_event(plain *p, ui_ev *e) {
@@ -272,6 +292,7 @@ static int on_event(plain *p, ui_ev *e) {
     case EV_TOKEN:
         progress_end(p);
         if (e->ch == EV_CH_THINK) {
+            txt_buf_add(&p->think, e->text, strlen(e->text));
             if (!p->cs.show_thinking)
                 break; /* /show-thinking off: the model thinks, nothing is shown */
             fputs(p->esc ? "\033[2m" : "", stderr);
@@ -318,7 +339,7 @@ static int on_event(plain *p, ui_ev *e) {
         }
         if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
             ans_push(p, p->cur.p, p->cur.n);
-        p->cur.n = 0;
+        p->cur.n = p->think.n = 0;
         if (!p->replaying)
             p->st = e->st;
         out_check(p);
@@ -371,7 +392,7 @@ static int on_event(plain *p, ui_ev *e) {
         if (!p->in_turn)
             ans_drop(p, p->n_ans - 1); /* /undo: the last exchange's answer goes */
         else if (p->el && p->last_user)
-            push_literal(p->el, p->last_user); /* a turn that failed before it began: no answer of it was
+            push_literal(p->el, p->last_user, 0); /* a turn that failed before it began: no answer of it was
                                                   kept, and its message is offered again at the prompt */
         break;
     case EV_SETTINGS: {
@@ -387,11 +408,11 @@ static int on_event(plain *p, ui_ev *e) {
     return 0;
 }
 
-/* Offer s on the next prompt: libedit takes pushed text as keys, so each control character in
- * it (C0, DEL, C1: a transcript's message may hold any) goes behind a ^V (ed-quoted-insert) and
- * is inserted as it is, shown by libedit as ^X, instead of running as an editing command (^A
- * moved the cursor, ^D at the start ended the chat, ESC sequences ran meta keys). */
-static void push_literal(EditLine *el, const char *s) {
+/* Offer s on the next prompt, the cursor back clusters before its end: libedit takes pushed text as keys, so
+ * each control character in it (C0, DEL, C1: a transcript's message may hold any) goes behind a ^V
+ * (ed-quoted-insert) and is inserted as it is, shown by libedit as ^X, instead of running as an editing
+ * command (^A moved the cursor, ^D at the start ended the chat, ESC sequences ran meta keys). */
+static void push_literal(EditLine *el, const char *s, int back) {
     txt_buf b = {0};
     for (size_t i = 0, n = strlen(s); i < n;) {
         unsigned char c   = (unsigned char)s[i];
@@ -405,6 +426,11 @@ static void push_literal(EditLine *el, const char *s) {
         }
         i += l;
     }
+    while (back-- > 0) /* then back by back clusters (^B: inp_bind_clusters) */
+        if (txt_buf_add(&b, "\002", 1)) {
+            free(b.p);
+            return;
+        }
     if (b.n && !txt_buf_add(&b, "", 1))
         el_push(el, b.p);
     free(b.p);
@@ -465,7 +491,7 @@ static int md_command(plain *p, const cmd_result *r) {
                                 "k3chat: /edit: your message has %d lines; line mode offers it as one, "
                                 "the newlines turned into spaces\n",
                                 n_lines);
-            push_literal(p->el, p->last_user);
+            push_literal(p->el, p->last_user, 0);
         }
         txt_term_printf(
             stderr,
@@ -476,17 +502,66 @@ static int md_command(plain *p, const cmd_result *r) {
     }
 }
 
+/* The turn does not stop (the engine blocked in a call that does not return: a hung file system
+ * or server): quit without it, what the user saw of the answer in the autosave (ue_rescue), as
+ * the full-screen chat's Ctrl-C after its notice does. The caller returns to cli_plain's end. */
+static void quit_without_worker(plain *p) {
+    char msg[1024];
+    txt_term_end(stderr, &p->esc_err);
+    txt_term_end(stdout, &p->esc_out);
+    if (p->cur.n) /* the answer's line ends, as at a turn's end */
+        fputc('\n', stdout);
+    out_check(p);
+    txt_term_printf(stderr,
+                    "k3chat: quitting without waiting for the engine, which did not stop (blocked in a call "
+                    "that does not return: a hung file system or server?)\n");
+    p->rescued =
+        ue_rescue(p->eng, p->cur.n ? p->cur.p : "", p->think.n ? p->think.p : NULL, 5, msg, sizeof msg);
+    txt_term_printf(stderr, "k3chat: %s\n", msg);
+    p->abandon = 1;
+}
+
+/* Ctrl-C while a turn runs: the first stops it; one that has not stopped it a second later is
+ * told (stop_tick), and Ctrl-C then quits without waiting for the engine. */
+static void stop_key(plain *p) {
+    if (p->stop_told) {
+        quit_without_worker(p);
+        return;
+    }
+    if (!p->stop_t)
+        p->stop_t = ev_now();
+    ue_cancel(p->eng);
+}
+static void stop_tick(plain *p) {
+    if (!p->stop_t || p->stop_told || ev_now() - p->stop_t < 1.0)
+        return;
+    p->stop_told = 1;
+    progress_end(p);
+    txt_term_end(stderr, &p->esc_err);
+    txt_term_printf(stderr,
+                    "%sk3chat: stopping: the engine has not stopped the answer (it may be blocked in a "
+                    "read from a file system or a server that does not answer); Ctrl-C again quits "
+                    "without waiting for it (the answer so far is autosaved, marked interrupted)\n",
+                    p->last_ch >= 0 ? "\n" : ""); /* after the line streaming */
+}
+
 /* Process events until a turn ends (until_done) or the queue is idle. */
 static void drain(plain *p, int until_done) {
     double term_t = 0; /* when SIGTERM or SIGHUP stopped the turn */
     in_turn       = until_done;
+    p->stop_t     = 0;
+    p->stop_told  = 0;
     for (;;) {
         ui_ev e;
         if (got_int) {
             got_int = 0;
             if (until_done)
-                ue_cancel(p->eng);
+                stop_key(p);
+            if (p->abandon)
+                return;
         }
+        if (until_done)
+            stop_tick(p);
         if (got_term && until_done && term_t == 0) {
             term_t = ev_now();
             ue_cancel(p->eng);
@@ -494,7 +569,7 @@ static void drain(plain *p, int until_done) {
             /* an engine that does not stop (a hung server or file system): not waited for; what
              * came of the answer goes to the autosave with its message all the same */
             char msg[512];
-            ue_rescue(p->eng, p->cur.p ? p->cur.p : "", NULL, 2, msg, sizeof msg);
+            ue_rescue(p->eng, p->cur.n ? p->cur.p : "", p->think.n ? p->think.p : NULL, 2, msg, sizeof msg);
             die_by(got_term);
         }
         int got = ev_wait(p->q, &e, until_done ? 0.05 : 0.0);
@@ -518,7 +593,7 @@ static void drain(plain *p, int until_done) {
  * so this waits for the acknowledgements rather than for a time, however late the worker
  * picks a command up. */
 static void settle(plain *p) {
-    while (!p->fatal && (!atomic_load(&p->eng->ready) || p->acked != p->eng->posted)) {
+    while (!p->fatal && !p->abandon && (!atomic_load(&p->eng->ready) || p->acked != p->eng->posted)) {
         ui_ev e;
         if (ev_wait(p->q, &e, 0.01)) {
             on_event(p, &e);
@@ -678,7 +753,7 @@ static int handle_text(plain *p, char *line) {
     drain(p, 1);
     settle(p); /* what the worker says after the turn (an autosave failure) before the next prompt */
     p->redo = 0;
-    return p->fatal;
+    return p->fatal || p->abandon;
 }
 
 /* A line of nread bytes, as read (a NUL byte in it does not end it). */
@@ -821,12 +896,20 @@ int cli_plain(const ui_opts *o) {
             if (tstp_act.sa_handler)
                 tstp_mode(1);
             if ((!s || n <= 0) && got_cont && !got_int) {
-                /* back from Ctrl-Z: the prompt again, with what was typed (the cursor at its end) */
+                /* back from Ctrl-Z or a SIGSTOP: the prompt again, with what was typed and the
+                 * cursor where it was, from the row's start: after fg the shell left the cursor on
+                 * a row of its own, and a SIGCONT that stopped nothing redraws the line in place */
                 const LineInfo *li    = el_line(el);
                 char           *draft = li ? strndup(li->buffer, (size_t)(li->lastchar - li->buffer)) : NULL;
+                int             back  = 0; /* the cursor where it was: clusters after it */
+                for (const char *c = li ? li->cursor : NULL; c && c < li->lastchar; back++) {
+                    int w, f;
+                    c += txt_cluster(c, (size_t)(li->lastchar - c), &w, &f);
+                }
                 if (draft && *draft)
-                    el_push(el, draft);
+                    push_literal(el, draft, back);
                 free(draft);
+                fputc('\r', stderr);
                 continue;
             }
             if ((!s || n <= 0) && got_int) {
@@ -872,6 +955,10 @@ int cli_plain(const ui_opts *o) {
         p->lineno++;
         int stop = handle_line(p, line, nread);
         free(line);
+        if (p->abandon) { /* Ctrl-C quit without the engine, which did not stop */
+            rc = p->rescued < 0;
+            break;
+        }
         if (p->out_err) { /* a closed or broken stdout: the answers have nowhere to go */
             rc = 1;
             break;
@@ -883,19 +970,34 @@ int cli_plain(const ui_opts *o) {
             break;
         }
     }
-    if (!p->fatal)
+    if (el && !p->fatal && !p->abandon && !atomic_load(&p->eng->ready)) {
+        /* the user quit at the prompt while the model loads (minutes for a large one): the
+         * load does not stop for a quit, and waiting for it held the terminal until it ended;
+         * commands typed meanwhile had not run (nothing of them is lost: none was a message) */
+        progress_end(p);
+        txt_term_printf(stderr, "k3chat: quitting while the model loads, without waiting for it\n");
+        ue_stop(p->eng);
+        p->abandon = 1;
+    }
+    if (!p->fatal && !p->abandon)
         settle(p);
     if (el)
         el_end(el);
     if (hist)
         history_end(hist);
-    ue_close(p->eng);
-    drain(p, 0);
+    if (p->abandon) {
+        ue_abandon(p->eng); /* its queues stay: the worker may still post to them */
+    } else {
+        ue_close(p->eng);
+        drain(p, 0);
+    }
     k3_log_set_callback(NULL, NULL);
-    ev_queue_free(p->q);
+    if (!p->abandon)
+        ev_queue_free(p->q);
     ans_drop(p, 0);
     free(p->ans);
     free(p->cur.p);
+    free(p->think.p);
     free(p->last_user);
     return rc || p->out_err || p->fatal || p->failed ? 1 : 0;
 }

@@ -4,6 +4,7 @@
 #include "k3.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -68,6 +69,21 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+int ue_thread_start(pthread_t *th, void *(*fn)(void *), void *arg) {
+    sigset_t ui_sigs, old;
+    sigemptyset(&ui_sigs);
+    sigaddset(&ui_sigs, SIGINT);
+    sigaddset(&ui_sigs, SIGTERM);
+    sigaddset(&ui_sigs, SIGHUP);
+    sigaddset(&ui_sigs, SIGTSTP);
+    sigaddset(&ui_sigs, SIGCONT);
+    sigaddset(&ui_sigs, SIGWINCH);
+    pthread_sigmask(SIG_BLOCK, &ui_sigs, &old);
+    int r = pthread_create(th, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
@@ -78,7 +94,8 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
     u->out           = out;
     u->cmds          = ev_queue_new(0);
     pthread_mutex_init(&u->mu, NULL);
-    if (!u->cmds || pthread_create(&u->th, NULL, worker_main, u) != 0) {
+    int started = u->cmds && ue_thread_start(&u->th, worker_main, u) == 0;
+    if (!started) {
         ev_queue_free(u->cmds);
         pthread_mutex_destroy(&u->mu);
         free(u);
@@ -151,8 +168,10 @@ static int may_autosave(void *ud) {
     ue *u = ud;
     pthread_mutex_lock(&u->mu);
     int may = u->turn_saved != 2;
-    if (may && is_turn(u->run_type))
+    if (may && is_turn(u->run_type)) {
         u->turn_saved = 1;
+        u->turn_wrote = 0; /* under way until ue_note_saved */
+    }
     pthread_mutex_unlock(&u->mu);
     return may;
 }
@@ -179,11 +198,13 @@ static void *rescue_main(void *arg) {
 
 int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char *msg, size_t n) {
     pthread_mutex_lock(&u->mu);
-    int      type = u->run_type, on = u->autosave_on, saved = u->turn_saved;
+    int      type = u->run_type, on = u->autosave_on, saved = u->turn_saved, wrote = u->turn_wrote;
     k3_conv *c          = NULL;
-    char     where[600] = ""; /* the file the worker wrote to, when it had one before the turn */
-    if (saved && u->turn_conv && k3_conv_autosave_path(u->turn_conv))
-        snprintf(where, sizeof where, " in %s", k3_conv_autosave_path(u->turn_conv));
+    char     where[700] = ""; /* the file the worker wrote (to), or why that failed */
+    if (saved && wrote)
+        snprintf(where, sizeof where, "%s", u->turn_err);
+    else if (saved && u->turn_conv && k3_conv_autosave_path(u->turn_conv))
+        snprintf(where, sizeof where, "%s", k3_conv_autosave_path(u->turn_conv));
     if (on && is_turn(type) && !saved && u->turn_conv) { /* the turn's end is the rescue's from now on */
         c             = u->turn_conv;
         u->turn_conv  = NULL;
@@ -195,11 +216,24 @@ int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char 
                  !on ? "this engine keeps no autosave" : "the autosave is as of the last command");
         return 1;
     }
-    if (saved) {
-        snprintf(msg, n,
-                 "the engine had autosaved the turn itself%s (or was writing it) when it stopped answering",
-                 where);
+    if (saved && wrote > 0) {
+        snprintf(msg, n, "the engine had autosaved the turn itself in %s when it stopped answering", where);
         return 0;
+    }
+    if (saved && wrote < 0) { /* the worker's write failed: the turn is on no disk */
+        snprintf(msg, n,
+                 "the conversation is not saved: the engine's autosave of the turn failed (%s); it was "
+                 "kept in memory only",
+                 where);
+        return -1;
+    }
+    if (saved) { /* blocked inside its write (a hung file system): whether it reached the disk is unknown */
+        snprintf(
+            msg, n,
+            "the engine was writing the turn to the autosave%s%s when it stopped answering: the file may "
+            "not hold it",
+            where[0] ? " file " : "", where);
+        return -1;
     }
     if (!c) {
         snprintf(msg, n, "the message is not in the autosave: the engine blocked before its turn began");
@@ -222,7 +256,7 @@ int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char 
     /* the file written, named before the thread may name a new one */
     const char *p = k3_conv_autosave_path(c);
     snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s, p ? ": " : "", p ? p : "");
-    if (k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
+    if (k3_conv_add_msg(x->c, &a) == K3_OK && ue_thread_start(&th, rescue_main, x) == 0) {
         for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
             usleep(10000);
         if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */
@@ -594,7 +628,14 @@ void ue_note_saved(ue *u, const k3_conv *c) {
     int turns = 0;
     for (int i = 0; i < k3_conv_count(c) && !turns; i++)
         turns = k3_conv_msg(c, i)->role != K3_ROLE_SYSTEM;
-    atomic_store(&u->unsaved, turns && (u->no_autosave || k3_conv_autosave_error(c) != NULL));
+    const char *err = k3_conv_autosave_error(c), *path = k3_conv_autosave_path(c);
+    atomic_store(&u->unsaved, turns && (u->no_autosave || err != NULL));
+    pthread_mutex_lock(&u->mu);
+    if (u->turn_saved == 1 && u->turn_wrote == 0) { /* the turn's write, which the rescue may ask about */
+        u->turn_wrote = err ? -1 : 1;
+        snprintf(u->turn_err, sizeof u->turn_err, "%s", err ? err : path ? path : "?");
+    }
+    pthread_mutex_unlock(&u->mu);
 }
 
 int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n) {

@@ -82,9 +82,20 @@ struct ue {
     int turn_saved;            /* who wrote the turn's end to the autosave: 0 nobody yet, 1
                                   the worker, 2 ue_rescue (then the worker writes no more):
                                   the two writers are exclusive (ue_conv_autosave_enable) */
-    int autosave_on;           /* the conversation autosaves (worker.c, remote.c)      */
+    int turn_wrote;            /* the worker's write of the turn (turn_saved 1): 0 under way,
+                                  1 done, -1 failed (ue_note_saved), for ue_rescue to say */
+    char turn_err[600];        /* why it failed (k3_conv_autosave_error), or the file written */
+    int  autosave_on;          /* the conversation autosaves (worker.c, remote.c)      */
 };
 
+/* A thread of the front end's (the worker, the TUI's stderr reader) started with the UI's
+ * signals blocked (SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT, SIGWINCH; the threads it starts,
+ * OpenMP's and libcurl's, inherit that): the kernel gives a process's signal to any thread that
+ * does not block it, and a SIGCONT whose handler ran on the worker (the UI thread still marked
+ * stopped when it came) left line mode's read uninterrupted, so fg showed no prompt about every
+ * second time; a SIGWINCH there did not wake the full-screen chat's wait. pthread_create's
+ * result. */
+int ue_thread_start(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
 ue  *ue_start(const ui_opts *o, ev_queue *out);
 void ue_close(ue *u); /* cancel, stop and join the worker, free */
@@ -185,7 +196,9 @@ void ue_turn_begin(ue *u, const struct k3_conv *c);
  * any thread. */
 int ue_turn_rescued(ue *u);
 /* After an autosave attempt (a turn's or an edit's): u->unsaved says whether c's turns are on
- * disk. Call it before the events that end the command, so the UI sees the state with them. */
+ * disk, and a turn's write that the worker took from ue_rescue is noted done or failed (with
+ * the error) for the rescue to tell. Call it before the events that end the command, so the UI
+ * sees the state with them. */
 void ue_note_saved(ue *u, const struct k3_conv *c);
 
 /* For the UI: would quitting (or /clear) now lose turns that are on no disk? */

@@ -207,12 +207,16 @@ static void add_styled(R *r, const char *text, const span *sp, size_t n_sp, size
         size_t a = sp[j].off > off ? sp[j].off : off;
         size_t b = sp[j].off + sp[j].len < end ? sp[j].off + sp[j].len : end;
         if (b > a) {
-            /* newlines (hard breaks) and other controls are not part of a drawn line */
+            /* newlines (hard breaks) and tabs are not part of a drawn line; another control
+             * byte is, as its escape's text (\x1B: the columns the wrap gave it) */
             size_t s0 = a;
             for (size_t q = a; q <= b; q++)
                 if (q == b || (unsigned char)text[q] < 0x20 || text[q] == 0x7f) {
                     ln_add(r, text + s0, q - s0, sp[j].role, sp[j].link);
                     s0 = q + 1;
+                    char e[8];
+                    if (q < b && text[q] != '\n' && text[q] != '\t')
+                        ln_add(r, e, (size_t)txt_ctrl_shown(text + q, 1, e), sp[j].role, sp[j].link);
                 }
         }
     }
@@ -289,7 +293,9 @@ static void code_row_start(md_code_last *last, R *r, const char *s, size_t ln, i
         if (f & TXT_F_TAB) {
             w = TXT_TAB - col % TXT_TAB;
             e += (size_t)w;
-        } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
+        } else if (f & TXT_F_CTRL) {
+            e += (size_t)w; /* its escape (md_code_rows), as many bytes as columns */
+        } else if (!(f & TXT_F_NL)) {
             e += l;
         } else {
             w = 0;
@@ -299,7 +305,7 @@ static void code_row_start(md_code_last *last, R *r, const char *s, size_t ln, i
     }
 }
 
-/* The rows of one line of code s[0, ln): tabs expanded by column, control characters left out,
+/* The rows of one line of code s[0, ln): tabs expanded by column, control characters escaped,
  * wrapped by columns (code keeps its spaces) inside the box of inner width iw, or bare. */
 void md_code_line(R *r, const char *s, size_t ln, int box, int iw) {
     md_code_rows(r, s, ln, box, iw, 0, NULL);
@@ -317,7 +323,11 @@ void md_code_rows(R *r, const char *s, size_t ln, int box, int iw, int col0, md_
             for (int j = 0; j < k; j++)
                 txt_buf_add(ex, " ", 1);
             col += k;
-        } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
+        } else if (f & TXT_F_CTRL) {
+            char e[8];
+            txt_buf_add(ex, e, (size_t)txt_ctrl_shown(s + q, l, e));
+            col += w;
+        } else if (!(f & TXT_F_NL)) {
             txt_buf_add(ex, s + q, l);
             col += w;
         }

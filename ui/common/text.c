@@ -57,6 +57,17 @@ int txt_vs16(void) {
     return vs16_cols;
 }
 
+static int vs15_cols = 2;
+
+void txt_vs15_set(int cols) {
+    if (cols == 1 || cols == 2)
+        vs15_cols = cols;
+}
+
+int txt_vs15(void) {
+    return vs15_cols;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -68,7 +79,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     size_t           len;
     utf8proc_int32_t cp = decode(s, n, &len), prev = cp;
-    int              w = 0, f = 0, emoji = 0, vs16 = 0;
+    int              w = 0, f = 0, emoji = 0, vs16 = 0, vs15 = 0;
     utf8proc_int32_t state = 0;
     if (cp < 0) {
         *width = 1;
@@ -85,8 +96,8 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         *flags = TXT_F_NL;
         return len;
     }
-    if (txt_ctrl_cp(cp)) {
-        *width = 0;
+    if (txt_ctrl_cp(cp)) { /* drawn as its escape (txt_ctrl_shown): \xHH below U+0080, \uHHHH */
+        *width = cp < 0x80 ? 4 : 6;
         *flags = TXT_F_CTRL;
         return len;
     }
@@ -111,6 +122,8 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
                 break;
             if (c2 == 0xFE0F)
                 vs16 = 1;
+            else if (c2 == 0xFE0E)
+                vs15 = 1;
             else if (is_emoji_pres(c2))
                 emoji = 1;
             off += l2;
@@ -131,6 +144,10 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     if (emoji && ncp == 1)
         w = 1; /* a lone regional indicator */
+    if (vs15 && ncp == 2 && w == 2 && !emoji && vs15_cols == 1) {
+        w = 1; /* a wide emoji in text presentation, where the terminal draws it so (txt_vs15) */
+        f = (f & ~TXT_F_EMOJI) | TXT_F_NARROW;
+    }
     *width = w;
     *flags = f;
     return off;
@@ -343,14 +360,28 @@ void txt_term_end(FILE *f, txt_esc *st) {
     txt_term_put(f, NULL, st->hold, (size_t)n);
 }
 
+int txt_ctrl_shown(const char *s, size_t n, char *out) {
+    txt_buf b = {0};
+    int     k = 0;
+    if (txt_escape(&b, NULL, s, n) == 0 && b.n < 8) { /* the one escaping (esc.c) */
+        memcpy(out, b.p, b.n);
+        k = (int)b.n;
+    }
+    out[k] = 0;
+    free(b.p);
+    return k;
+}
+
 int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
     size_t run = 0; /* s[run..off) goes out as it is */
     for (size_t off = 0; off < n;) {
         int    w, f;
         size_t len = txt_cluster(s + off, n - off, &w, &f);
         if (f & (TXT_F_CTRL | TXT_F_NL | TXT_F_TAB | TXT_F_INVALID)) {
+            char e[8];
             if (txt_buf_add(out, s + run, off - run) ||
-                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)))
+                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)) ||
+                ((f & TXT_F_CTRL) && txt_buf_add(out, e, (size_t)txt_ctrl_shown(s + off, len, e))))
                 return -1;
             run = off + len;
         }

@@ -6,8 +6,9 @@
  * before a character that takes a column (a spacing mark, the letter after a prepended mark such as
  * U+0600), as a terminal cell holds one such character. Widths: East Asian wide and
  * fullwidth characters 2, emoji clusters 2, combining marks 0 (they join their base), spacing marks
- * and prepended marks 1, control
- * characters 0 (not drawn), invalid bytes 1 (drawn as U+FFFD), a tab advances to the next
+ * and prepended marks 1, a control character the width of its escape (drawn as txt_escape
+ * shows it, \x1B or \u009B, as line mode and the export show it), invalid bytes 1 (drawn as
+ * U+FFFD), a tab advances to the next
  * multiple of TXT_TAB columns. Wrapping breaks at spaces, after wide (CJK) characters, and inside
  * a word only when the word alone is wider than the line; never inside a cluster.
  */
@@ -21,7 +22,15 @@
 #define TXT_TAB 8
 
 /* Flags of one cluster. */
-enum { TXT_F_TAB = 1, TXT_F_NL = 2, TXT_F_SPACE = 4, TXT_F_INVALID = 8, TXT_F_CTRL = 16, TXT_F_EMOJI = 32 };
+enum {
+    TXT_F_TAB     = 1,
+    TXT_F_NL      = 2,
+    TXT_F_SPACE   = 4,
+    TXT_F_INVALID = 8,
+    TXT_F_CTRL    = 16,
+    TXT_F_EMOJI   = 32,
+    TXT_F_NARROW  = 64 /* a wide emoji in text presentation counted 1 column (txt_vs15) */
+};
 
 /* Measure the cluster at s (n > 0 bytes available): returns its byte length (>= 1), stores its
  * width (tabs: 0, the caller expands them by column) and TXT_F_* flags. */
@@ -34,6 +43,16 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags);
  * draws them. txt_vs16_set takes 1 or 2 (others are ignored). */
 void txt_vs16_set(int cols);
 int  txt_vs16(void);
+/* Columns of an emoji that is wide by default in text presentation, U+FE0E (VARIATION
+ * SELECTOR-15) after it, as in "\u231A\uFE0E": 2 (the default) or 1. Unicode's text presentation
+ * is a one-column glyph, but xterm, VTE, Konsole, Alacritty, st, mintty, Windows Terminal,
+ * iTerm2, Terminal.app and tmux keep the base character's two columns (a selector changes no
+ * width there); kitty, and WezTerm with unicode_version 14 or later, draw it in one. So 2
+ * unless the width probe (tui-emoji.c) saw the terminal take one column: then such a cluster
+ * counts 1 (TXT_F_NARROW) and the full-screen chat writes it over a one-column stand-in, as
+ * curses' wcwidth gives the base 2. txt_vs15_set takes 1 or 2 (others are ignored). */
+void txt_vs15_set(int cols);
+int  txt_vs15(void);
 
 /* Display width of s[0..n) starting at column col0 (tabs depend on the column). */
 int txt_width(const char *s, size_t n, int col0);
@@ -88,18 +107,24 @@ int txt_fit(txt_buf *out, const char *s, size_t n, int cols);
  * stderr is escaped wherever it goes) or txt_term_printf
  * (a message that quotes such text, an error naming a file's line, a log line: escaped wherever
  * it goes, as a log file or a pipe into cat reaches a terminal too). The full-screen interface
- * leaves control characters out when it draws (tui-draw.c); its notices (errors, information)
- * and the names and ids of tool calls and results are escaped before, so they show. */
+ * draws a control character as its escape too (tui-draw.c, txt_ctrl_shown; the Markdown lines
+ * carry the escape's text, md.c), in the columns txt_cluster gives it; its notices (errors,
+ * information) and the names and ids of tool calls and results are escaped before. */
 
 /* The control characters of outside text and their escapes are the engine's (k3.h, esc.c), so
  * that the Markdown export shows them as the terminal front ends do: txt_ctrl_cp is
  * k3_ctrl_cp (C0, DEL, C1, the bidi controls and line separators; txt_cluster flags them
- * TXT_F_CTRL, the full-screen chat leaves them out, the server's log escapes them), txt_escape
+ * TXT_F_CTRL, the full-screen chat shows their escapes, the server's log escapes them), txt_escape
  * is k3_escape (\xHH, \u00HH, \uHHHH; with a txt_esc, a character cut between two pieces is
  * held and completed by the next call). */
 #define txt_ctrl_cp k3_ctrl_cp
 typedef k3_esc txt_esc;
 #define txt_escape k3_escape
+
+/* The escape of the control cluster s[0..n) (txt_cluster flagged it TXT_F_CTRL) in out (at
+ * least 8 bytes, NUL-terminated): "\x1B" or "\u202E", as txt_escape writes it; its length,
+ * which is the cluster's width. */
+int txt_ctrl_shown(const char *s, size_t n, char *out);
 
 /* Write s[0..n) to f: through txt_escape when f is a terminal or stderr, as it is otherwise
  * (standard output into a pipe or a file: the data a script asked for). */
@@ -108,8 +133,8 @@ void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n);
 void txt_term_end(FILE *f, txt_esc *st);
 /* The full-screen chat writes a few things around curses, straight to the terminal (OSC 8
  * links, tui-md.c). Text it writes so is what curses would draw of it: txt_term_drawn appends
- * s[0..n) with every control character (txt_ctrl_cp, \n and \t too) left out and each byte that
- * is not UTF-8 as U+FFFD. A URL goes as an OSC 8 target:
+ * s[0..n) with every control character (txt_ctrl_cp) as its escape (txt_ctrl_shown), \n and \t
+ * left out, and each byte that is not UTF-8 as U+FFFD. A URL goes as an OSC 8 target:
  * txt_term_uri appends s[0..n) with every byte outside 0x21..0x7E percent-encoded (%1B, %C2%9C),
  * so neither ESC, BEL nor a C1 string terminator can end the sequence early. Both -1 out of
  * memory. */

@@ -109,8 +109,9 @@ static const char *const samples[EMJ_PROBE_N] = {
     "\xF0\x9F\x87\xAB\xF0\x9F\x87\xB7",                                         /* F R: the flag of France */
     "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",                                         /* thumbs up, medium skin   */
     "\xE2\x9D\xA4\xEF\xB8\x8F", /* heart + VS16 (EMJ_PROBE_VS16) */
+    "\xE2\x8C\x9A\xEF\xB8\x8E", /* watch + VS15 (EMJ_PROBE_VS15), an emoji-variation-sequences.txt pair */
 };
-static const int sample_kind[EMJ_PROBE_N] = {EMJ_ZWJ, EMJ_FLAG, EMJ_MOD, 0};
+static const int sample_kind[EMJ_PROBE_N] = {EMJ_ZWJ, EMJ_FLAG, EMJ_MOD, 0, 0};
 
 int emj_probe_request(txt_buf *out) {
     int rc = 0;
@@ -181,11 +182,19 @@ int emj_probe_result(const int *widths, int n_w) {
     return ok;
 }
 
-int emj_probe_vs16(const int *widths, int n_w) {
-    if (n_w <= EMJ_PROBE_VS16)
+static int probe_cols(const int *widths, int n_w, int k) {
+    if (n_w <= k)
         return 0;
-    int w = widths[EMJ_PROBE_VS16];
+    int w = widths[k];
     return w == 1 || w == 2 ? w : 0;
+}
+
+int emj_probe_vs16(const int *widths, int n_w) {
+    return probe_cols(widths, n_w, EMJ_PROBE_VS16);
+}
+
+int emj_probe_vs15(const int *widths, int n_w) {
+    return probe_cols(widths, n_w, EMJ_PROBE_VS15);
 }
 
 void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {

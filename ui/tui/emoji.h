@@ -45,10 +45,12 @@ int emj_mode(const char *setting, const char *term);
 /* The probe: for each kind (EMJ_ZWJ, EMJ_FLAG, EMJ_MOD, in that order) a sample cluster is
  * written at the top-left cell and the cursor position asked for (ESC [ 6 n), then the same for
  * a text-default character with VS16 (U+2764 U+FE0F, sample EMJ_PROBE_VS16: how wide the
- * terminal draws it, txt_vs16); a device attributes request (ESC [ c) ends the list, since
- * almost every terminal answers it. */
-#define EMJ_PROBE_N 4
+ * terminal draws it, txt_vs16) and for a wide emoji with VS15 (U+231A U+FE0E, sample
+ * EMJ_PROBE_VS15: 1 column in kitty, 2 in most terminals, txt_vs15); a device attributes request
+ * (ESC [ c) ends the list, since almost every terminal answers it. */
+#define EMJ_PROBE_N 5
 #define EMJ_PROBE_VS16 3
+#define EMJ_PROBE_VS15 4
 /* Request bytes for the whole probe (into out, 0 or -1 on memory). */
 int emj_probe_request(txt_buf *out);
 /* Scan terminal input r[0..n): cursor position replies ESC [ ROW ; COL R are stored in order
@@ -63,6 +65,8 @@ size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done,
 int emj_probe_result(const int *widths, int n_w);
 /* The columns the terminal gave the VS16 sample: 1 or 2, or 0 (no reply, or another width). */
 int emj_probe_vs16(const int *widths, int n_w);
+/* The same for the VS15 sample. */
+int emj_probe_vs15(const int *widths, int n_w);
 
 /* An SGR sequence for a cell's look: colors (-1 = the terminal's default; 0..7, 8..15, or a
  * 256-color index; others are left at the default) and EMJ_A_* attributes. Starts with a reset (ESC [ 0 m).

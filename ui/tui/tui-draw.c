@@ -40,7 +40,10 @@ static int input_rows(tui *t, int width) {
 
 void tui_layout(tui *t) {
     getmaxyx(stdscr, t->rows, t->cols);
+    int was      = t->too_small;
     t->too_small = t->cols < MIN_COLS || t->rows < MIN_ROWS;
+    if (t->too_small && !was)
+        t->small_from = t->n_ents;
     if (t->too_small)
         return;
     t->input_h  = input_rows(t, t->cols - 2);
@@ -112,8 +115,16 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
             int sp = TXT_TAB - col % TXT_TAB;
             for (int k = 0; k < sp && col < w; k++)
                 mvaddch(y, x + col++, ' ');
-        } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
+        } else if (f & TXT_F_NL) {
             /* not drawn */
+        } else if (f & TXT_F_CTRL) { /* its escape, as line mode and the export show it */
+            char e[8];
+            int  k = txt_ctrl_shown(s + off, len, e);
+            mvaddnstr(y, x + col, e, k < w - col ? k : w - col);
+            col += k < w - col ? k : w - col;
+        } else if ((f & TXT_F_NARROW) && col + cw <= w) {
+            tui_emoji_narrow(y, x + col, s + off, len, role); /* text presentation, 1 column */
+            col += cw;
         } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 &&
                    tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
             col += cw; /* a multi-emoji cluster (tui-emoji.c) */
@@ -433,8 +444,8 @@ static void ent_build(tui *t, int i, int width, int count) {
 /* Lines entry i takes at width, cached in the entry while what they depend on stays. */
 static int ent_lines(tui *t, int i, int width) {
     entry   *e    = &t->ents[i];
-    int64_t  a[9] = {width,       t->raw,    e->role,   (int64_t)e->text.n, (int64_t)e->think.n,
-                     e->expanded, e->queued, e->status, txt_vs16()};
+    int64_t  a[9] = {width,       t->raw,    e->role,   (int64_t)e->text.n,         (int64_t)e->think.n,
+                     e->expanded, e->queued, e->status, txt_vs16() * 4 + txt_vs15()};
     uint64_t key  = tui_hash(TUI_HASH0, a, sizeof a);
     if (e->nl > 0 && e->nl_key == key)
         return e->nl;
@@ -864,11 +875,13 @@ static void render(tui *t) {
     double now = ev_now();
     if (t->too_small) {
         erase();
-        char m[192];
+        char         m[1024];
+        const entry *last = t->n_ents > t->small_from ? &t->ents[t->n_ents - 1] : NULL;
         snprintf(m, sizeof m,
                  "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
-                 "(Ctrl-C or Ctrl-D quits).",
-                 t->cols, t->rows, MIN_COLS, MIN_ROWS);
+                 "(Ctrl-C or Ctrl-D quits).%s%.800s",
+                 t->cols, t->rows, MIN_COLS, MIN_ROWS, last && last->role == ROLE_ERROR ? "  " : "",
+                 last && last->role == ROLE_ERROR && last->text.p ? last->text.p : "");
         int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);

@@ -18,13 +18,16 @@
  * kind that advanced the cursor 2 columns (or 1) is drawn whole. A device attributes request
  * (ESC [ c) ends the probe; a terminal that answers nothing within PROBE_MS gets the
  * stand-ins, and its replies are still taken off the input when they come later (a slow link),
- * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch).
+ * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch); a lone Esc, which could
+ * begin a reply, once ESCDELAY has passed with nothing after it.
  *
  * The probe also measures a text-default character made an emoji by VS16 (U+2764 U+FE0F): many
  * terminals (tmux 3.3, xterm, VTE) keep it in one cell, others widen it to two. Where it took
  * one column, text.c counts such clusters 1 wide (txt_vs16) and curses gets the character with
  * its selector in one cell: the terminal still picks the glyph, and the columns agree. Elsewhere
- * (2 columns, no reply, K3_EMOJI set) they count 2, as before.
+ * (2 columns, no reply, K3_EMOJI set) they count 2, as before. Likewise a wide emoji in text
+ * presentation (U+231A U+FE0E, txt_vs15): where the terminal drew it in one column (kitty) it
+ * counts 1, and curses holds U+FFFD in its cell, the cluster written over it (tui_emoji_narrow).
  *
  * Escape sequences: ESC 7 / ESC 8 (save, restore cursor and attributes), CSI row;col H,
  * CSI ... m (SGR: the cell's colors and attributes), CSI 6 n and CSI c (the probe), CSI 2 K.
@@ -77,6 +80,7 @@ static struct {
     char   buf[512];
     size_t have;
     int    widths[EMJ_PROBE_N], n_w;
+    double esc_t; /* when buf came to hold a lone ESC (0: it does not) */
 } pr;
 
 /* Read what the terminal sent within wait_ms, scan it; keys typed meanwhile go back to curses,
@@ -112,6 +116,7 @@ static int probe_read(int wait_ms) {
 static void probe_apply(void) {
     E.kinds = emj_probe_result(pr.widths, pr.n_w);
     txt_vs16_set(emj_probe_vs16(pr.widths, pr.n_w) == 1 ? 1 : 2);
+    txt_vs15_set(emj_probe_vs15(pr.widths, pr.n_w) == 1 ? 1 : 2);
 }
 
 /* The probe over (its reply came, or LATE_MS passed): the kinds measured, what is held to
@@ -151,13 +156,39 @@ done:
     clearok(curscr, TRUE); /* the probe wrote on the screen */
 }
 
+/* A lone ESC held as the possible start of a reply: the Esc key, when nothing follows it within
+ * ESCDELAY, as curses itself would decide (a reply comes in one piece: the terminal writes it
+ * whole). Held, a lone Esc typed while the probe waited (up to LATE_MS on a terminal that never
+ * answers) did nothing until the next key: a history search it should cancel stayed. */
+static int esc_wait(void) {
+    int lone = pr.pending && pr.have == 1 && pr.buf[0] == '\033';
+    if (!lone) {
+        pr.esc_t = 0;
+        return -1;
+    }
+    double now = now_ms();
+    if (pr.esc_t == 0)
+        pr.esc_t = now;
+    double left = pr.esc_t + get_escdelay() - now;
+    return left > 0 ? (int)left + 1 : 0;
+}
+
+int tui_emoji_esc_wait(void) {
+    return esc_wait();
+}
+
 int tui_emoji_late(void) {
     if (!pr.pending)
         return 0;
-    int kinds = E.kinds, vs16 = txt_vs16();
-    if (probe_read(0) || now_ms() > pr.deadline)
+    int kinds = E.kinds, vs16 = txt_vs16(), vs15 = txt_vs15();
+    if (probe_read(0) || now_ms() > pr.deadline) {
         probe_end();
-    return pr.pending ? 0 : E.kinds != kinds || txt_vs16() != vs16;
+    } else if (esc_wait() == 0) { /* the Esc key: to curses now */
+        ungetch(27);
+        pr.have  = 0;
+        pr.esc_t = 0;
+    }
+    return pr.pending ? 0 : E.kinds != kinds || txt_vs16() != vs16 || txt_vs15() != vs15;
 }
 
 /* The look of attribute a as SGR. */
@@ -179,6 +210,22 @@ static void sgr_of(attr_t a, char *out, size_t n) {
     if (a & A_BLINK)
         at |= EMJ_A_BLINK;
     emj_sgr(out, n, fg, bg, at);
+}
+
+void tui_emoji_narrow(int y, int x, const char *s, size_t n, int role) {
+    /* curses' wcwidth gives the base 2 columns: it holds U+FFFD in the cell, and the cluster,
+     * which this terminal draws in one column (the probe), goes over it after the update */
+    cchar_t       cc;
+    const wchar_t stand[2] = {0xFFFD, 0};
+    attr_t        a        = (attr_t)thm_attr((enum thm_role)role);
+    attrset(a);
+    if (setcchar(&cc, stand, 0, 0, NULL) == OK)
+        mvadd_wch(y, x, &cc);
+    else
+        mvaddch(y, x, '?');
+    char sgr[64];
+    sgr_of(a, sgr, sizeof sgr);
+    emj_set_add(&E.set, y, x, 1, 0xFFFD, sgr, s, n);
 }
 
 int tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role) {

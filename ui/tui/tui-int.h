@@ -118,6 +118,8 @@ typedef struct tui {
 
     /* layout */
     int rows, cols, too_small;
+    int small_from; /* entries there were when the terminal became too small: a notice after
+                       them (a refused quit) shows on the too-small screen */
     int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
     int dirty;
     int scroll;       /* conversation lines scrolled up from the bottom */
@@ -250,9 +252,14 @@ void tui_emoji_probe(void);                /* after the first refresh: measure t
 /* Before curses reads keys: the probe's late replies taken off the terminal's input (keys typed
  * go back to curses); 1 when they changed which kinds are drawn whole (repaint). */
 int tui_emoji_late(void);
+/* While the probe waits: milliseconds until a lone Esc it holds (the start of a reply, or a
+ * key) is given to curses as a key (ESCDELAY after it came), 0 when due now, -1 when none. */
+int tui_emoji_esc_wait(void);
 /* Draw the cluster s[0..n) at (y, x) in w columns in role when it is a multi-emoji one;
  * returns 1 when it did, 0 for other clusters. */
-int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
+int tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
+/* Draw the cluster s[0..n) that txt_cluster flagged TXT_F_NARROW at (y, x), one column. */
+void tui_emoji_narrow(int y, int x, const char *s, size_t n, int role);
 void tui_emoji_scroll(int y0, int h, int k); /* rows [y0, y0 + h) were scrolled up k (wscrl) */
 void tui_emoji_before(void);                 /* before wnoutrefresh/refresh */
 void tui_emoji_after(void);                  /* after doupdate */

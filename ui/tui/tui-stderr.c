@@ -250,7 +250,7 @@ int tui_stderr_begin(ev_queue *q) {
     fcntl(p[1], F_SETFL, O_NONBLOCK);   /* a full pipe loses text, never hangs a writer */
     ec.saved = fcntl(2, F_DUPFD_CLOEXEC, 3);
     ec.rd    = p[0];
-    if (ec.saved < 0 || pthread_create(&ec.th, NULL, reader, NULL) != 0) {
+    if (ec.saved < 0 || ue_thread_start(&ec.th, reader, NULL) != 0) {
         if (ec.saved >= 0)
             close(ec.saved);
         close(p[0]);

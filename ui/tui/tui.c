@@ -1146,6 +1146,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             suspend(t);
         if (got_cont)
             resume(t);
+        if (tui_emoji_esc_wait() == 0)
+            keys = 1;                   /* a lone Esc the probe held is due as a key */
         if (keys && tui_emoji_late()) { /* the widths may have changed: wrap again */
             t->tc_think.width = t->tc_resp.width = -1;
             clearok(curscr, TRUE);
@@ -1198,6 +1200,9 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 250;
         if (t->quitting && (timeout < 0 || timeout > 250))
             timeout = 250; /* quit_tick */
+        int esc = tui_emoji_esc_wait();
+        if (esc >= 0 && (timeout < 0 || timeout > esc))
+            timeout = esc; /* a lone Esc the probe holds: a key at ESCDELAY */
         if (t->paste) {    /* awake when the paste counts as lost (paste_lost) */
             int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
             if (timeout < 0 || timeout > idle)
@@ -1383,12 +1388,37 @@ static int search_key(tui *t, wint_t k, int fn) {
     return 1;
 }
 
+/* Ctrl-C while an answer streams: stop it. A stop that does not come in a second (the engine may
+ * be blocked for good) is told at the next Ctrl-C, and the one after quits without waiting. */
+static void stop_answer(tui *t) {
+    double now = ev_now();
+    if (t->stop_told) {
+        t->abandon = t->quit = 1;
+        return;
+    }
+    if (t->stop_t > 0 && now - t->stop_t >= 1.0) {
+        t->stop_told = 1;
+        notice(t, ROLE_ERROR,
+               "stopping: the engine has not stopped the answer (it may be blocked in a read from a file "
+               "system or a server that does not answer); Ctrl-C again quits without waiting for it "
+               "(the answer so far is autosaved, marked interrupted)");
+    }
+    if (!t->stop_t)
+        t->stop_t = now;
+    ue_cancel(t->eng);
+}
+
 static void on_key(tui *t, wint_t k, int fn) {
     t->dirty |= DIRTY_INPUT;
     if (t->too_small) {
-        /* the input line cannot be seen: nothing is typed or sent until the window grows */
-        if (!fn && (k == 3 || k == 4))
-            t->quit = 1;
+        /* the input line cannot be seen: nothing is typed or sent until the window grows. Ctrl-C
+         * stops an answer, else it and Ctrl-D quit as at an empty prompt: they quit at once,
+         * which cut an answer off and dropped a conversation on no disk without the question a
+         * quit asks (the refusal shows on the too-small screen) */
+        if (!fn && k == 3 && (t->streaming || t->replaying) && !t->quitting)
+            stop_answer(t);
+        else if (!fn && (k == 3 || k == 4))
+            request_quit(t);
         else if (fn && k == KEY_RESIZE)
             ui_key(t, k, fn);
         t->paste   = 0;
@@ -1438,24 +1468,7 @@ static void on_key(tui *t, wint_t k, int fn) {
                 return;
             }
             if (t->streaming || t->replaying) {
-                /* a stop that does not come in a second: the engine may be blocked for good */
-                double now = ev_now();
-                if (t->stop_told) {
-                    t->abandon = t->quit = 1;
-                    return;
-                }
-                if (t->stop_t > 0 && now - t->stop_t >= 1.0) {
-                    t->stop_told = 1;
-                    notice(
-                        t, ROLE_ERROR,
-                        "stopping: the engine has not stopped the answer (it may be blocked in a read from a "
-                        "file "
-                        "system or a server that does not answer); Ctrl-C again quits without waiting for it "
-                        "(the answer so far is autosaved, marked interrupted)");
-                }
-                if (!t->stop_t)
-                    t->stop_t = now;
-                ue_cancel(t->eng);
+                stop_answer(t);
                 return;
             }
             if (!inp_empty(t->in)) {
