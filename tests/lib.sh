@@ -61,8 +61,11 @@ timed_out() {
     fi
     return 1
 }
+# wait_until WHAT SECONDS CMD...: CMD until it succeeds, for at least 15 s (x3 under ASan): a wait
+# costs nothing when the condition holds, and a shorter limit failed on a loaded 2-core machine
 wait_until() {
     _wd=$1 _ws=$2; shift 2
+    [ "$_ws" -ge 15 ] || _ws=15
     _wl=$((_ws * 20 * slow)) _wi=0 # in steps of 0.05 s
     while [ $_wi -lt $_wl ]; do
         "$@" && return 0
