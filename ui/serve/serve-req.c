@@ -448,12 +448,17 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
         if (json_integer_value(v) < 0 && /* the row's range, as --seed has it (-1 was taken as 2^64 - 1) */
             k3_setting_check(K3_SETTING_SEED, K3_SRC_API, (double)json_integer_value(v), err, sizeof err))
             return bad(e, "invalid_value", "%s", err);
-        r->seed = (uint64_t)json_integer_value(v);
+        r->seed   = (uint64_t)json_integer_value(v);
+        r->seeded = 1;
     }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
-        !(json_is_number(v) && json_number_value(v) == 1))
-        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
-                   "n: only 1 choice per request is supported");
+    r->n = 1;
+    if ((v = json_object_get(b, "n")) && !json_is_null(v)) {
+        double x = json_number_value(v); /* 2 or 2.0, as max_tokens */
+        if (!json_is_number(v) || x != floor(x) || x < 1 || x > SERVE_MAX_N)
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
+                       "n: expected an integer from 1 to %d (choices of one request)", SERVE_MAX_N);
+        r->n = (int)x;
+    }
     if (parse_vllm_sampling(b, r, e) || parse_penalties_bias(b, info, r, e) ||
         stools_parse_request(b, &r->tl, e) || stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) ||
         sformat_parse(b, &r->fmt, e) || sformat_tools(&r->tl, &r->fmt, e))
