@@ -218,22 +218,16 @@ static int parse_vllm_sampling(json_t *b, sreq *r, perr *e) {
     return 0;
 }
 
-/* OpenAI's penalties (the settings table's rows), logit_bias and logprobs; vLLM's
- * repetition_penalty is refused unless 1 (what the sampler does anyway). */
+/* OpenAI's penalties and vLLM's repetition_penalty (the settings table's rows), logit_bias and
+ * logprobs. */
 #define SERVE_MAX_BIAS 300 /* logit_bias entries, OpenAI's limit */
 static int parse_penalties_bias(json_t *b, const k3_model_info *info, sreq *r, perr *e) {
     json_t *v;
+    r->repetition_penalty = 1;
     if (get_num(b, K3_SETTING_PRESENCE_PENALTY, &r->presence_penalty, e) ||
-        get_num(b, K3_SETTING_FREQUENCY_PENALTY, &r->frequency_penalty, e))
+        get_num(b, K3_SETTING_FREQUENCY_PENALTY, &r->frequency_penalty, e) ||
+        get_num(b, K3_SETTING_REPETITION_PENALTY, &r->repetition_penalty, e))
         return -1;
-    if ((v = json_object_get(b, "repetition_penalty")) && !json_is_null(v)) {
-        if (!json_is_number(v))
-            return bad(e, "invalid_type", "repetition_penalty: expected a number");
-        if (json_number_value(v) != 1)
-            return bad(
-                e, "unsupported_value",
-                "repetition_penalty: not supported (only 1; presence_penalty and frequency_penalty are)");
-    }
     if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
             return bad(e, "invalid_type", "logprobs: expected true or false");

@@ -72,6 +72,7 @@ typedef struct sreq {
     int            seeded; /* seed was given: choice i samples with seed + i (vLLM's) */
     int            n;      /* n: choices, 1..SERVE_MAX_N */
     float          presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
+    float          repetition_penalty;                  /* vLLM's, 0.01..2 (1: off) */
     k3_logit_bias *bias;                                /* (n_bias) logit_bias, ids in the vocabulary */
     int            n_bias;
     int            logprobs, top_logprobs; /* logprobs: true; top_logprobs 0..20 */

@@ -667,15 +667,16 @@ static k3_status job_start(slot *sl, job *j) {
     set.max_tokens   = r->max_tokens;
     set.think_budget = r->think_budget;
     k3_sampler_params_default(srv.m, &set.sampling);
-    set.sampling.temp              = r->temp;
-    set.sampling.top_p             = r->top_p;
-    set.sampling.top_k             = r->top_k;
-    set.sampling.min_p             = r->min_p;
-    set.sampling.seed              = r->seed;
-    set.sampling.presence_penalty  = r->presence_penalty;
-    set.sampling.frequency_penalty = r->frequency_penalty;
-    set.logprobs                   = r->logprobs;
-    set.top_logprobs               = r->top_logprobs;
+    set.sampling.temp               = r->temp;
+    set.sampling.top_p              = r->top_p;
+    set.sampling.top_k              = r->top_k;
+    set.sampling.min_p              = r->min_p;
+    set.sampling.seed               = r->seed;
+    set.sampling.presence_penalty   = r->presence_penalty;
+    set.sampling.frequency_penalty  = r->frequency_penalty;
+    set.sampling.repetition_penalty = r->repetition_penalty;
+    set.logprobs                    = r->logprobs;
+    set.top_logprobs                = r->top_logprobs;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
     k3_conv_set_grammar(sl->c, r->fmt.g);
     if ((st = k3_conv_set_settings(sl->c, &set)) ||
