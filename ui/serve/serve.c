@@ -8,7 +8,8 @@
  * events, or one JSON answer).
  *
  * One model and one engine thread (worker_main) that owns it. A connection thread validates
- * its request, queues a job and waits. The engine thread runs continuous batching over
+ * its request, queues a job per choice (n, each its own turn; jgroup) and waits. The engine thread runs
+ * continuous batching over
  * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
  * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
  * the slots' turns (each decoding turn's next token plus a prompt window of the oldest
