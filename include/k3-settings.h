@@ -41,6 +41,8 @@
       "subtract X from the logit of each token the answer has used (OpenAI's)")                              \
     X(FREQUENCY_PENALTY, NUM, -2, 2, 0, NULL, "X", NULL, NULL, NULL, "frequency_penalty",                    \
       "subtract X times its count in the answer from each token's logit (OpenAI's)")                         \
+    X(REPETITION_PENALTY, NUM, 0.01, 2, 1, NULL, "X", NULL, NULL, NULL, "repetition_penalty",                \
+      "divide a positive logit by X, a negative one times X, of the prompt's and answer's tokens (vLLM's)")  \
     X(TOP_LOGPROBS, INT, 0, 20, 0, NULL, "N", NULL, NULL, NULL, "top_logprobs",                              \
       "with logprobs: the N most likely tokens at each position of the answer")                              \
     X(THINK, BOOL, 0, 1, 1, NULL, NULL, NULL, "think", "think", "enable_thinking", "thinking mode")          \

@@ -278,10 +278,14 @@ typedef struct k3_sampler_params {
     /* OpenAI's penalties, each in [-2, 2] (0: off): logit[j] -= count[j] * frequency_penalty +
      * (count[j] > 0) * presence_penalty, count[j] the times k3_sampler_accept was given j. */
     float presence_penalty, frequency_penalty;
+    /* vLLM's and HF's, in [0.01, 2] (1: off; 0 from a zeroed struct is read as 1): the logit of
+     * each id given to k3_sampler_accept or k3_sampler_accept_prompt is divided by it when
+     * positive, else multiplied by it; applied after the logit bias, before the two above. */
+    float repetition_penalty;
 } k3_sampler_params;
 typedef struct k3_sampler k3_sampler;
 /* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0,
- * penalties 0. */
+ * penalties 0, repetition_penalty 1. */
 void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
 /* Order: logit bias and penalties (added to the logits; see k3_sampler_set_adjust), temperature,
  * top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of the sorted distribution
@@ -304,8 +308,13 @@ typedef struct k3_logit_bias {
     float   bias;
 } k3_logit_bias;
 k3_status k3_sampler_set_bias(k3_sampler *s, const k3_logit_bias *b, int n);
-/* Counts id as generated for the penalties (nothing when both are 0). */
+/* Counts id as generated for the penalties (nothing when all three are off). */
 void k3_sampler_accept(k3_sampler *s, int32_t id);
+/* The prompt's ids ids[0..n) (negative ones skipped): the repetition penalty applies to them from
+ * the next draw on, as to the answer's (vLLM's prompt and output tokens); they do not count for
+ * presence_penalty and frequency_penalty, which are the answer's. Nothing when the repetition
+ * penalty is off. K3_OK, or K3_ERR_NOMEM (then the ids counted so far stay). */
+k3_status k3_sampler_accept_prompt(k3_sampler *s, const int32_t *ids, int n);
 /* on = 0: the next draws use the logits as they are (no bias, no penalties); 1 (default): with
  * them. A conversation turns them off while the model reasons (conv-gen.c). */
 void k3_sampler_set_adjust(k3_sampler *s, int on);

@@ -81,7 +81,7 @@ try:
     # ---- every 400 names its field in error.param; an error about no field has param null
     for name, kw, code, param in [
         ("temperature 3", dict(temperature=3), "invalid_value", "temperature"),
-        ("n 2", dict(n=2), "unsupported_value", "n"),
+        ("n 17", dict(n=17), "invalid_value", "n"),
         ("stop [1]", dict(stop=[1]), "invalid_type", "stop[0]"),
         ("a logit_bias id past the vocabulary", dict(logit_bias={"99999": 10}), "invalid_value", "logit_bias.99999"),
         ("a message without a role", dict(messages=[{"content": "x"}]), "invalid_type", "messages[0].role"),
@@ -159,7 +159,7 @@ for (const [k, extra] of Object.entries(accepted)) {
   } catch (e) { out.ok[k] = ["error", e.status, e.message]; }
 }
 const refused = {
-  n2: { n: 2 }, top_logprobs: { top_logprobs: 2 }, top_logprobs_21: { logprobs: true, top_logprobs: 21 },
+  n17: { n: 17 }, top_logprobs: { top_logprobs: 2 }, top_logprobs_21: { logprobs: true, top_logprobs: 21 },
   temperature_3: { temperature: 3 }, top_p_2: { top_p: 2 }, presence_penalty: { presence_penalty: 2.5 },
   frequency_penalty: { frequency_penalty: -3 }, logit_bias: { logit_bias: { "1": 101 } },
   reasoning_effort_medium: { reasoning_effort: "medium" }, tool_choice_required: { tool_choice: "required" },
@@ -196,7 +196,7 @@ catch (e) { out.nope = [e.constructor.name, e.status, e.code ?? null]; }
            "and in range, an empty logit_bias and one entry, response_format text, tool_choice none, parallel_tool_calls, user, metadata with store, "
            "reasoning_effort low, service_tier, prompt_cache_key are answered (failed: %r)"
            % {k: v for k, v in res.get("ok", {}).items() if k not in good})
-        want = {"n2": "n", "top_logprobs": "top_logprobs", "top_logprobs_21": "top_logprobs",
+        want = {"n17": "n", "top_logprobs": "top_logprobs", "top_logprobs_21": "top_logprobs",
                 "temperature_3": "temperature", "top_p_2": "top_p", "presence_penalty": "presence_penalty",
                 "frequency_penalty": "frequency_penalty", "logit_bias": "logit_bias.1", "reasoning_effort_medium": "reasoning_effort",
                 "tool_choice_required": "tool_choice", "functions": "functions", "function_call": "function_call",

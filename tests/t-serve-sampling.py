@@ -2,7 +2,9 @@
 # through `k3chat MODEL_DIR --serve` (a generated tiny checkpoint, loopback), each of which the
 # server refused before. Raw HTTP: a bias key outside the vocabulary, not a decimal id, a bias
 # past 100, more than 300 entries, a penalty past 2, top_logprobs 21 or without logprobs, and a
-# repetition_penalty other than 1 are 400s naming the field. The official OpenAI SDK for
+# repetition_penalty outside 0.01..2 are 400s naming the field. repetition_penalty (vLLM's; it was
+# refused) divides the logit of a token of the prompt or of the answer so far (multiplies a
+# negative one). The official OpenAI SDK for
 # JavaScript (npm openai 5; SKIP without node/npm): a greedy answer's logprobs are the first of
 # each top list, sorted, their bytes spell the answer; a bias of -100 on the greedy first token
 # gives the former second choice; +100 on an id forces it at every step; a bias of 10 makes a
@@ -65,7 +67,9 @@ try:
         ("frequency_penalty -3", dict(frequency_penalty=-3), "frequency_penalty"),
         ("top_logprobs 21", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
         ("top_logprobs without logprobs", dict(top_logprobs=2), "top_logprobs"),
-        ("repetition_penalty 1.1", dict(repetition_penalty=1.1), "repetition_penalty"),
+        ("repetition_penalty 0", dict(repetition_penalty=0), "repetition_penalty"),
+        ("repetition_penalty 2.5", dict(repetition_penalty=2.5), "repetition_penalty"),
+        ("repetition_penalty a string", dict(repetition_penalty="2"), "repetition_penalty"),
     ]:
         st, o = post(**kw)
         e = o.get("error") or {}
@@ -76,6 +80,29 @@ try:
     ok(st == 200 and o["choices"][0].get("logprobs") is None,
        "300 bias entries, penalties in range, logprobs false -> 200 without logprobs (%d %s)"
        % (st, json.dumps(o)[:160]))
+
+    # ---- repetition_penalty (vLLM's; it was a 400): a bias of +100 on "q" and "z" makes them the only
+    # candidates, their logits far above 0 and far from each other's difference, so dividing one by 2
+    # hands the draw to the other: the prompt's ids count (content "q" or "z": the other one comes),
+    # and so do the answer's (the first token does not come twice); 0.5 favours the one seen
+    def qz(content, n, pen=None):
+        kw = dict(messages=[{"role": "user", "content": content}], max_tokens=n, temperature=0,
+                  reasoning_effort="none", logit_bias={"80": 100, "89": 100})
+        if pen is not None:
+            kw["repetition_penalty"] = pen
+        st, o, _ = serve_lib.post_chat(PORT, kw)
+        return o["choices"][0]["message"]["content"] if st == 200 else "%d %s" % (st, json.dumps(o)[:160])
+    other = {"q": "z", "z": "q"}
+    plain = {c: qz(c, 1) for c in "qz"}
+    pen2 = {c: qz(c, 1, 2) for c in "qz"}
+    ok(pen2 == other, "repetition_penalty 2 on a prompt of \"q\" or \"z\": the other one (%r; without: %r)"
+       % (pen2, plain))
+    ok(any(plain[c] == c for c in "qz"), "... where without it the prompt's own letter came (%r)" % plain)
+    ok({c: qz(c, 1, 0.5) for c in "qz"} == {"q": "q", "z": "z"}, "repetition_penalty 0.5 favours the prompt's letter")
+    first = qz("hi", 1)
+    two = qz("hi", 2, 2)
+    ok(first in other and two == first + other[first], "repetition_penalty 2: the answer's first letter %r is not "
+       "drawn again (%r; without the penalty: %r)" % (first, two, qz("hi", 2)))
 
     # ---- the same behaviour over raw HTTP (checked without node too)
     forced = tool("--detokenize", b"%d\n" % FORCED)

@@ -276,7 +276,7 @@ try:
            ("top_k -2 (it was ignored)", chat(user("x"), top_k=-2), 400),
            ("top_k 1.5", chat(user("x"), top_k=1.5), 400),
            ("min_p 1.5", chat(user("x"), min_p=1.5), 400),
-           ("repetition_penalty 1.1 (not implemented; it was ignored)", chat(user("x"), repetition_penalty=1.1), 400),
+           ("repetition_penalty 0 (it divides: 0.01..2)", chat(user("x"), repetition_penalty=0), 400),
            ("content a number", '{"messages":[{"role":"user","content":5}]}', 400),
            ("a user message without content (it was answered as an empty one)", '{"messages":[{"role":"user"}]}', 400),
            ("a user message with content null", '{"messages":[{"role":"user","content":null}]}', 400),

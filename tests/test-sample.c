@@ -152,6 +152,79 @@ static void test_penalties(const float *l) {
     k3_sampler_free(s);
 }
 
+/* vLLM's and HF's repetition penalty, greedy, on binary fractions (each division and product
+ * below is exact): a positive logit divided by it, a negative one multiplied, over the prompt's
+ * ids (k3_sampler_accept_prompt) and the answer's; after the bias, before frequency/presence. */
+static void test_repetition(void) {
+    float x[V];
+    for (int i = 0; i < V; i++)
+        x[i] = -40.0f;
+    x[0] = 2.0f, x[1] = 0.875f, x[2] = -0.5f, x[3] = -0.75f;
+    k3_sampler_params p        = {.temp = 0.0f, .top_p = 1.0f, .repetition_penalty = 2.0f};
+    k3_sampler       *s        = k3_sampler_new(&p);
+    int32_t           prompt[] = {0, -1, 0};
+    T_CHECK(k3_sampler_accept_prompt(s, prompt, 3) == K3_OK && k3_sampler_sample(s, x, V) == 0,
+            "2 on a prompt id of logit 2: 1.0, still above 0.875 (a negative id skipped)");
+    k3_sampler_accept(s, 1); /* 0.875 / 2 = 0.4375 */
+    x[1] = 1.5f;             /* 0.75 < 1.0 */
+    T_CHECK(k3_sampler_sample(s, x, V) == 0, "an answer's id is divided too: 1.5 -> 0.75 < 1.0");
+    x[0] = -0.5f, x[1] = -0.625f; /* ids 0 and 1 seen: -1.0, -1.25; id 2 -0.5 unseen */
+    T_CHECK(k3_sampler_sample(s, x, V) == 2, "a negative logit is multiplied: -0.5 -> -1.0 < -0.5 of id 2");
+    k3_sampler_set_adjust(s, 0);
+    T_CHECK(k3_sampler_sample(s, x, V) == 0, "off while set_adjust 0 (the reasoning): -0.5 wins");
+    k3_sampler_free(s);
+
+    p    = (k3_sampler_params){.temp = 0.0f, .top_p = 1.0f, .repetition_penalty = 0.5f};
+    s    = k3_sampler_new(&p);
+    x[0] = -0.5f, x[1] = -0.75f, x[2] = -40.0f;
+    k3_sampler_accept_prompt(s, (const int32_t[]){1}, 1);
+    T_CHECK(k3_sampler_sample(s, x, V) == 1, "0.5 encourages a repeat: -0.75 -> -0.375 > -0.5");
+    k3_sampler_free(s);
+
+    /* the prompt's ids do not count for frequency/presence: 2 / 2 = 1.0 > 0.875 (with the
+     * frequency penalty on them it would be 1.0 - 0.75 = 0.25 < 0.875) */
+    x[0] = 2.0f, x[1] = 0.875f;
+    p = (k3_sampler_params){
+        .temp = 0.0f, .top_p = 1.0f, .repetition_penalty = 2.0f, .frequency_penalty = 0.75f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept_prompt(s, (const int32_t[]){0}, 1);
+    T_CHECK(k3_sampler_sample(s, x, V) == 0, "a prompt id gets the repetition penalty, not frequency's");
+    k3_sampler_free(s);
+
+    /* vLLM's order: repetition, then frequency: 2 / 2 - 0.5 = 0.5 < 0.625 (the other order gives
+     * (2 - 0.5) / 2 = 0.75 > 0.625) */
+    x[1] = 0.625f;
+    p    = (k3_sampler_params){
+           .temp = 0.0f, .top_p = 1.0f, .repetition_penalty = 2.0f, .frequency_penalty = 0.5f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept(s, 0);
+    T_CHECK(k3_sampler_sample(s, x, V) == 1, "repetition before frequency: 2 -> 1.0 - 0.5 = 0.5 < 0.625");
+    k3_sampler_free(s);
+
+    /* the bias first: (-0.5 + 1) / 2 = 0.25 > 0.125 (repetition first: -1.0 + 1 = 0 < 0.125) */
+    for (int i = 0; i < V; i++)
+        x[i] = -40.0f;
+    x[2] = -0.5f, x[5] = 0.125f;
+    p = (k3_sampler_params){.temp = 0.0f, .top_p = 1.0f, .repetition_penalty = 2.0f};
+    s = k3_sampler_new(&p);
+    k3_sampler_set_bias(s, &(k3_logit_bias){2, 1.0f}, 1);
+    k3_sampler_accept_prompt(s, (const int32_t[]){2}, 1);
+    T_CHECK(k3_sampler_sample(s, x, V) == 2, "the bias before the repetition penalty: 0.25 > 0.125");
+    k3_sampler_free(s);
+
+    /* a zeroed struct's 0 is off, as 1 is: nothing counted, nothing divided */
+    x[5] = 0.5f, x[2] = 0.75f;
+    p = (k3_sampler_params){.temp = 0.0f, .top_p = 1.0f};
+    s = k3_sampler_new(&p);
+    k3_sampler_accept_prompt(s, (const int32_t[]){2}, 1);
+    T_CHECK(k3_sampler_sample(s, x, V) == 2, "repetition_penalty 0 (a zeroed struct) is off");
+    k3_sampler_free(s);
+    k3_sampler_params d;
+    k3_sampler_params_default(NULL, &d);
+    T_CHECK(d.repetition_penalty == 1.0f && k3_setting(K3_SETTING_REPETITION_PENALTY)->def == 1.0,
+            "the default is 1 (off), as the settings row's (%g)", (double)d.repetition_penalty);
+}
+
 static void test_logprobs(void) {
     float      x[4] = {logf(0.5f), logf(0.25f), logf(0.25f), NAN};
     k3_logprob top[K3_TOP_LOGPROBS];
@@ -255,6 +328,7 @@ int main(void) {
 
     test_bias(l);
     test_penalties(l);
+    test_repetition();
     test_logprobs();
 
     k3_sampler_params d;

@@ -980,13 +980,15 @@ static void prefill_done(k3_conv_gen *g) {
         g->st = K3_ABORTED;
     if (!g->st)
         snap_take(c, g->s); /* /retry restarts here */
-    k3_ids_free(&g->R);
     g->phase = GEN_DONE;
+    if (!g->st && !(g->smp = k3_sampler_new(&g->ts.sampling)))
+        g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    if (!g->st) /* the repetition penalty counts the prompt's ids, as vLLM's does */
+        g->st = k3_sampler_accept_prompt(g->smp, g->R.v, (int)g->R.n);
+    k3_ids_free(&g->R);
     if (g->st)
         return;
-    if (!(g->smp = k3_sampler_new(&g->ts.sampling)))
-        g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
-    else if ((g->st = k3_sampler_set_bias(g->smp, c->bias, c->n_bias)))
+    if ((g->st = k3_sampler_set_bias(g->smp, c->bias, c->n_bias)))
         return;
     else if (c->grammar && !g->forced &&
              (!(g->st = k3_gmatch_new(c->grammar, &g->gm)) &&

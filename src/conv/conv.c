@@ -95,7 +95,9 @@ k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
     if (p->top_k < 0)
         return k3_err(K3_ERR_ARG, "%s: top_k %d is negative", where, p->top_k);
     if (k3_setting_check(K3_SETTING_PRESENCE_PENALTY, K3_SRC_API, p->presence_penalty, err, sizeof err) ||
-        k3_setting_check(K3_SETTING_FREQUENCY_PENALTY, K3_SRC_API, p->frequency_penalty, err, sizeof err))
+        k3_setting_check(K3_SETTING_FREQUENCY_PENALTY, K3_SRC_API, p->frequency_penalty, err, sizeof err) ||
+        (p->repetition_penalty != 0.0f && /* 0: a zeroed struct's, off as 1 */
+         k3_setting_check(K3_SETTING_REPETITION_PENALTY, K3_SRC_API, p->repetition_penalty, err, sizeof err)))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     return K3_OK;
 }

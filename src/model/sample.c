@@ -8,11 +8,14 @@
  * The PRNG is our own xoshiro256** seeded through splitmix64, so a seed reproduces a run on
  * every platform. Candidates are sorted by logit, ties by id, so the support is deterministic.
  *
- * A logit bias and OpenAI's penalties come first: the logits are copied once and the few ids
- * they touch (the bias list, the ids generated so far) adjusted; the chain then reads the copy.
- * Without either (the default) the logits are read in place, as before: the hot path has one
- * extra branch per token. Penalty counts are a dense array over the ids seen (grown on demand)
- * plus the list of distinct ids, so applying them costs the distinct ids generated, not n.
+ * A logit bias and the penalties come first: the logits are copied once and the few ids they
+ * touch (the bias list, the ids seen so far) adjusted; the chain then reads the copy. Without
+ * them (the default) the logits are read in place, as before: the hot path has one extra branch
+ * per token. The order is vLLM's: bias, then the repetition penalty (vLLM's and HF's: a positive
+ * logit divided by it, a negative one multiplied, for every id of the prompt or the answer), then
+ * OpenAI's frequency and presence penalties (the answer's ids only). The ids seen are a dense
+ * array over the ids (grown on demand; the answer's count and a prompt mark per id) plus the list
+ * of distinct ids, so applying them costs the distinct ids seen, not n.
  *
  * k3_logprobs is independent of the sampler: log_softmax of the raw logits (the model's own
  * distribution, as vLLM reports by default), the top k kept by insertion into a sorted list of
@@ -41,11 +44,12 @@ struct k3_sampler {
     int               n_bias;
     int               adjust; /* 1: bias and penalties apply (k3_sampler_set_adjust) */
     int32_t          *count;  /* (ccap) times each id was accepted (penalties on) */
+    uint8_t          *mark;   /* (ccap) 1: the id is in seen                      */
     int               ccap;
-    int32_t          *seen; /* (n_seen, seen_cap) the distinct ids accepted, in first order */
-    int               n_seen, seen_cap;
-    float            *work; /* (wcap) the adjusted logits */
-    int               wcap;
+    int32_t *seen; /* (n_seen, seen_cap) the distinct ids accepted or in the prompt, in first order */
+    int      n_seen, seen_cap;
+    float   *work; /* (wcap) the adjusted logits */
+    int      wcap;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -83,6 +87,7 @@ void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p) {
     p->seed  = 0;
 
     p->presence_penalty = p->frequency_penalty = 0.0f;
+    p->repetition_penalty                      = 1.0f;
 }
 
 k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
@@ -108,6 +113,7 @@ void k3_sampler_free(k3_sampler *s) {
     free(s->masked);
     free(s->bias);
     free(s->count);
+    free(s->mark);
     free(s->seen);
     free(s->work);
     free(s);
@@ -138,25 +144,50 @@ void k3_sampler_set_adjust(k3_sampler *s, int on) {
     s->adjust = on != 0;
 }
 
-void k3_sampler_accept(k3_sampler *s, int32_t id) {
-    if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) || id < 0)
-        return;
+/* 1: the repetition penalty is on (a zeroed struct's 0 reads as off, as 1 does). */
+static int rep_on(const k3_sampler *s) {
+    return s->p.repetition_penalty != 0.0f && s->p.repetition_penalty != 1.0f;
+}
+
+/* Puts id in the seen list (its count and mark grown to hold it). 0, or -1 when out of memory. */
+static int see(k3_sampler *s, int32_t id) {
     if (id >= s->ccap) { /* grown to hold the id (doubling) */
-        int      old = s->ccap;
-        int32_t *c   = k3_grow(s->count, &s->ccap, (size_t)id + 1, sizeof *c, 1024);
+        int      old = s->ccap, cap = s->ccap;
+        int32_t *c = k3_grow(s->count, &cap, (size_t)id + 1, sizeof *c, 1024);
         if (!c)
-            return; /* out of memory: this token goes uncounted rather than fail the turn */
-        memset(c + old, 0, (size_t)(s->ccap - old) * sizeof *c);
-        s->count = c;
+            return -1;
+        s->count   = c;
+        uint8_t *m = realloc(s->mark, (size_t)cap);
+        if (!m)
+            return -1; /* count is larger than ccap says: harmless, grown again next time */
+        s->mark = m;
+        memset(c + old, 0, (size_t)(cap - old) * sizeof *c);
+        memset(m + old, 0, (size_t)(cap - old));
+        s->ccap = cap;
     }
-    if (!s->count[id]) {
+    if (!s->mark[id]) {
         int32_t *q = k3_grow(s->seen, &s->seen_cap, (size_t)s->n_seen + 1, sizeof *q, 64);
         if (!q)
-            return;
+            return -1;
         s->seen              = q;
         s->seen[s->n_seen++] = id;
+        s->mark[id]          = 1;
     }
-    s->count[id]++;
+    return 0;
+}
+
+void k3_sampler_accept(k3_sampler *s, int32_t id) {
+    if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f && !rep_on(s)) || id < 0)
+        return;
+    if (!see(s, id)) /* out of memory: this token goes uncounted rather than fail the turn */
+        s->count[id]++;
+}
+
+k3_status k3_sampler_accept_prompt(k3_sampler *s, const int32_t *ids, int n) {
+    for (int i = 0; rep_on(s) && i < n; i++)
+        if (ids[i] >= 0 && see(s, ids[i]))
+            return k3_err(K3_ERR_NOMEM, "sampler: out of memory for the prompt's ids");
+    return K3_OK;
 }
 
 /* The logits the chain reads: as given when nothing adjusts them, else a copy with the bias
@@ -175,10 +206,17 @@ static const float *adjusted(k3_sampler *s, const float *logits, int n) {
     for (int i = 0; i < s->n_bias; i++)
         if (s->bias[i].id < n)
             s->work[s->bias[i].id] += s->bias[i].bias;
-    const double fp = s->p.frequency_penalty, pp = s->p.presence_penalty;
-    for (int i = 0; i < s->n_seen; i++) /* only ids counted: count > 0 */
-        if (s->seen[i] < n)
-            s->work[s->seen[i]] = (float)((double)s->work[s->seen[i]] - (s->count[s->seen[i]] * fp + pp));
+    const double fp = s->p.frequency_penalty, pp = s->p.presence_penalty, rp = s->p.repetition_penalty;
+    const int    rep = rep_on(s);
+    for (int i = 0; i < s->n_seen; i++) { /* the ids seen: the prompt's (rep only), the answer's */
+        int32_t id = s->seen[i];
+        if (id >= n)
+            continue;
+        double l = (double)s->work[id];
+        if (rep) /* vLLM's and HF's: toward 0 for rp > 1, on either side */
+            l = l > 0 ? l / rp : l * rp;
+        s->work[id] = (float)(l - (s->count[id] * fp + (s->count[id] > 0) * pp));
+    }
     return s->work;
 }
 

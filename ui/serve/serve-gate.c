@@ -24,6 +24,12 @@
  *           thread is never left idle while a request waits.
  *   ACTIVE  served by a thread of its own (at most HTTP_MAX_CONN at once), which calls the
  *           handler (serve.c) with the checked request; the connection is out of epoll.
+ *   SEND    a thread's whole response (http_respond) that the socket did not take at once,
+ *           written by the gate as the client takes it (at most HTTP_SEND_BUDGET bytes in all,
+ *           N_SEND connections; beyond, the thread writes it itself): a client that reads
+ *           slowly holds a buffer, not one of the HTTP_MAX_CONN threads (64 slow readers held
+ *           them all, and every other request waited for its 503). No byte taken for
+ *           rules.send_secs (the kernel's send queue not going down either): closed. Then
  *   LINGER  answered (by the gate or a thread) with the sending side shut: what the client
  *           still sends is read and dropped for up to a second (so the answer is not lost to a
  *           reset), then the connection closes.
@@ -63,9 +69,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
+enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_SEND, R_LINGER, R_NSTATE };
 #define N_LINGER 64
-#define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
+#define N_SEND 256 /* responses the gate writes at once */
+#define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_SEND + N_LINGER)
+#define HTTP_SEND_BUDGET ((size_t)256 << 20) /* bytes of the responses the gate writes, in all */
 #define HEAD_BUF0 2048 /* a head buffer's first size; it doubles up to HTTP_MAX_HEAD + 1 */
 #define BODY_BUF0 (64u << 10)
 #define HTTP_SNDBUF (64 << 10)               /* a response's socket send buffer (the kernel doubles it) */
@@ -84,6 +92,9 @@ typedef struct hrec {
     size_t            body_n, body_cap;
     int               key;     /* its API key's index                     */
     size_t            drained; /* LINGER: bytes dropped                   */
+    char             *out;     /* SEND: (out_n) the response, sent up to out_off */
+    size_t            out_off, out_n;
+    int               outq; /* SEND: the kernel's unacknowledged bytes when it last took none */
     struct http_gate *g;
 } hrec;
 
@@ -102,6 +113,8 @@ struct http_gate {
     double          t_log, t_pause;
     unsigned long   n_quiet;               /* refusals not logged since the last line */
     size_t          body_bytes;            /* body buffers of requests being read or waiting */
+    size_t          send_bytes;            /* responses held for SEND (and promised to it)   */
+    int             n_taking;              /* of which promised: threads about to hand over  */
     pthread_t       zombie[HTTP_MAX_CONN]; /* (n_zombie) request threads that ended, to join */
     int             n_zombie;
 };
@@ -144,9 +157,12 @@ static void set_state(http_gate *g, hrec *x, int st, double secs) {
     g->count[st]++;
 }
 
-/* epoll: what x waits for in its state (HEAD, BODY, LINGER: bytes; WAIT: only a reset). */
+/* epoll: what x waits for in its state (HEAD, BODY, LINGER: bytes; WAIT: only a reset; SEND:
+ * room to write). */
 static void ep_watch(http_gate *g, hrec *x, int op) {
-    struct epoll_event ev = {.events   = x->state == R_WAIT ? 0u : (uint32_t)(EPOLLIN | EPOLLRDHUP),
+    struct epoll_event ev = {.events   = x->state == R_WAIT   ? 0u
+                                         : x->state == R_SEND ? (uint32_t)EPOLLOUT
+                                                              : (uint32_t)(EPOLLIN | EPOLLRDHUP),
                              .data.u64 = ((uint64_t)(unsigned)x->fd << 32) | (uint32_t)(x - g->rec)};
     if (epoll_ctl(g->ep, op, x->fd, &ev) && op == EPOLL_CTL_MOD)
         epoll_ctl(g->ep, EPOLL_CTL_ADD, x->fd, &ev);
@@ -160,11 +176,20 @@ static void body_drop(http_gate *g, hrec *x) {
     x->body = NULL;
 }
 
+/* Free x's SEND response and take it off the gate's budget. */
+static void out_drop(http_gate *g, hrec *x) {
+    g->send_bytes -= x->out_n;
+    x->out_n = x->out_off = 0;
+    free(x->out);
+    x->out = NULL;
+}
+
 static void rec_close(http_gate *g, hrec *x) {
     if (x->fd >= 0)
         close(x->fd); /* also leaves the epoll set */
     free(x->buf);
     body_drop(g, x);
+    out_drop(g, x);
     int st = x->state;
     set_state(g, x, R_FREE, 0);
     memset((char *)x + offsetof(hrec, ip), 0, sizeof *x - offsetof(hrec, ip));
@@ -217,17 +242,20 @@ static const char *reason(int status) {
     }
 }
 
-/* Log a refusal, at most one line a second (lock held). */
+/* Log a refusal (status 0: a connection cut), at most one line a second (lock held). */
 static void gate_note(http_gate *g, const hrec *x, int status, const char *msg) {
     double now = mono();
     if (now - g->t_log < 1.0) {
         g->n_quiet++;
         return;
     }
+    char st[16] = "";
+    if (status)
+        snprintf(st, sizeof st, "%d: ", status);
     if (g->n_quiet)
-        serve_log("%s: %d: %s (and %lu more refusals not shown)", x->ip, status, msg, g->n_quiet);
+        serve_log("%s: %s%s (and %lu more refusals not shown)", x->ip, st, msg, g->n_quiet);
     else
-        serve_log("%s: %d: %s", x->ip, status, msg);
+        serve_log("%s: %s%s", x->ip, st, msg);
     g->t_log   = now;
     g->n_quiet = 0;
 }
@@ -237,6 +265,7 @@ static void to_linger(http_gate *g, hrec *x) {
     free(x->buf);
     x->buf = NULL;
     body_drop(g, x);
+    out_drop(g, x);
     x->drained = 0;
     int was    = x->state;
     set_state(g, x, R_LINGER, 1.0);
@@ -388,6 +417,42 @@ static void gate_linger(http_gate *g, hrec *x) {
         rec_close(g, x);
 }
 
+/* SEND: write what the socket takes; done: LINGER; the client gone: closed. Each byte taken
+ * starts send_secs again; when none is, the kernel's send queue is noted for the deadline's check. */
+static void gate_send(http_gate *g, hrec *x) {
+    while (x->out_off < x->out_n) {
+        ssize_t k = send(x->fd, x->out + x->out_off, x->out_n - x->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            x->out_off += (size_t)k;
+            set_state(g, x, R_SEND, g->rules.send_secs);
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (ioctl(x->fd, SIOCOUTQ, &x->outq))
+                x->outq = -1;
+            return;
+        } else {
+            rec_close(g, x); /* gone */
+            return;
+        }
+    }
+    to_linger(g, x);
+}
+
+/* SEND past its deadline: the client acknowledged bytes since the socket last took one (it reads,
+ * slowly: served on), else it took none for send_secs: closed. */
+static void gate_send_expire(http_gate *g, hrec *x) {
+    int q;
+    if (x->outq >= 0 && !ioctl(x->fd, SIOCOUTQ, &q) && q < x->outq) {
+        x->outq = q;
+        set_state(g, x, R_SEND, g->rules.send_secs);
+        return;
+    }
+    char m[120];
+    snprintf(m, sizeof m, "the client took no byte of its answer for %d s (K3_SERVE_SEND_SECS): closed",
+             g->rules.send_secs);
+    gate_note(g, x, 0, m);
+    rec_close(g, x);
+}
+
 /* ---- accepting ------------------------------------------------------------------------------- */
 
 static int count_addr(const http_gate *g, const char *ip, int s1, int s2) {
@@ -492,16 +557,29 @@ static void *req_main(void *arg) {
                   .method    = x->buf,
                   .path      = x->buf + x->head.target,
                   .body      = x->body,
-                  .body_n    = x->body_n};
+                  .body_n    = x->body_n,
+                  .rec       = x};
     x->body    = NULL;
     g->handler(g->cls, &q);
     free(q.body);
     fcntl(x->fd, F_SETFL, fl | O_NONBLOCK);
     pthread_mutex_lock(&g->mu);
-    if (q.failed || g->stopped)
-        rec_close(g, x);
-    else
-        to_linger(g, x);
+    g->n_taking -= q.rest != NULL;
+    if (q.rest && !q.failed) { /* the rest of the answer goes out from the gate: this thread is free */
+        x->out     = q.rest;
+        x->out_off = q.rest_off;
+        x->out_n   = q.rest_n;
+        x->outq    = -1;
+        set_state(g, x, R_SEND, g->rules.send_secs);
+        ep_watch(g, x, EPOLL_CTL_ADD);
+    } else {
+        g->send_bytes -= q.rest ? q.rest_n : 0;
+        free(q.rest);
+        if (q.failed || g->stopped)
+            rec_close(g, x);
+        else
+            to_linger(g, x);
+    }
     g->zombie[g->n_zombie++] = pthread_self(); /* at most HTTP_MAX_CONN run at once */
     pthread_cond_broadcast(&g->idle_cv);
     if (g->wake[1] >= 0)
@@ -545,8 +623,8 @@ static void gate_dispatch(http_gate *g) {
 /* ---- the event loop ---------------------------------------------------------------------------- */
 
 static void gate_expire(http_gate *g, double now) {
-    static const int st[] = {R_HEAD, R_BODY, R_WAIT, R_LINGER};
-    for (int k = 0; k < 4; k++)
+    static const int st[] = {R_HEAD, R_BODY, R_WAIT, R_SEND, R_LINGER};
+    for (int k = 0; k < 5; k++)
         while (g->first[st[k]] >= 0 && g->rec[g->first[st[k]]].deadline <= now) {
             hrec *x = &g->rec[g->first[st[k]]];
             if (st[k] == R_HEAD || st[k] == R_BODY) {
@@ -558,6 +636,8 @@ static void gate_expire(http_gate *g, double now) {
             } else if (st[k] == R_WAIT)
                 gate_answer(g, x, 503, "server_error", "server_busy",
                             "every connection slot is busy: retry later");
+            else if (st[k] == R_SEND)
+                gate_send_expire(g, x);
             else
                 rec_close(g, x);
         }
@@ -583,10 +663,30 @@ static void gate_event(http_gate *g, uint64_t data, uint32_t ev) {
         head_read(g, x, eof);
     else if (x->state == R_BODY)
         body_read(g, x);
+    else if (x->state == R_SEND)
+        gate_send(g, x);
     else if (x->state == R_LINGER)
         gate_linger(g, x);
     else if (x->state == R_WAIT && (ev & (EPOLLHUP | EPOLLERR)))
         rec_close(g, x); /* reset while waiting */
+}
+
+/* The connections' reads and writes and deadlines, no accepts, for up to secs while any is in
+ * state st (lock held; the gate thread's loop, or after it ended). The wake pipe and the
+ * listening socket are not connections: their events are skipped (the listening socket's, taken
+ * for a record, was an index past the records' end: a client that connected during the linger at
+ * shutdown crashed the server). */
+static void gate_pump(http_gate *g, double secs, int st) {
+    for (double t_end = mono() + secs; g->first[st] >= 0 && mono() < t_end;) {
+        struct epoll_event evs[64];
+        pthread_mutex_unlock(&g->mu);
+        int n = epoll_wait(g->ep, evs, 64, 50);
+        pthread_mutex_lock(&g->mu);
+        for (int k = 0; k < n; k++)
+            if (evs[k].data.u64 < UINT64_MAX - 1)
+                gate_event(g, evs[k].data.u64, evs[k].events);
+        gate_expire(g, mono());
+    }
 }
 
 static void gate_shutdown(http_gate *g) {
@@ -595,15 +695,7 @@ static void gate_shutdown(http_gate *g) {
         while (g->first[st[k]] >= 0)
             gate_answer(g, &g->rec[g->first[st[k]]], 503, "server_error", "shutting_down",
                         "the server is shutting down");
-    for (double t_end = mono() + 0.5; g->first[R_LINGER] >= 0 && mono() < t_end;) {
-        struct epoll_event evs[64];
-        pthread_mutex_unlock(&g->mu);
-        int n = epoll_wait(g->ep, evs, 64, 50);
-        pthread_mutex_lock(&g->mu);
-        for (int k = 0; k < n; k++)
-            if (evs[k].data.u64 != UINT64_MAX)
-                gate_event(g, evs[k].data.u64, evs[k].events);
-    }
+    gate_pump(g, 0.5, R_LINGER); /* the answers SEND writes go on in http_gate_drain */
     while (g->first[R_LINGER] >= 0)
         rec_close(g, &g->rec[g->first[R_LINGER]]);
     g->stopped = 1;
@@ -690,6 +782,17 @@ static int send_all(http_req *q, const char *p, size_t n) {
     return q->failed ? -1 : 0;
 }
 
+/* Whether the gate takes a response of n bytes to write (SEND): within HTTP_SEND_BUDGET and
+ * N_SEND, counted from now (req_main hands it over). */
+static int gate_take(http_gate *g, size_t n) {
+    pthread_mutex_lock(&g->mu);
+    int ok = g->send_bytes + n <= HTTP_SEND_BUDGET && g->count[R_SEND] + g->n_taking < N_SEND;
+    if (ok)
+        g->send_bytes += n, g->n_taking++;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+}
+
 /* The status line and headers; len < 0: a body of unknown length. */
 static int head_text(char *out, size_t cap, http_req *q, int status, const char *ctype, const char *extra,
                      long long len) {
@@ -717,7 +820,17 @@ int http_respond(http_req *q, int status, const char *ctype, const char *extra, 
     }
     if (blen)
         memcpy(out + hn, body, blen);
-    int rc = send_all(q, out, (size_t)hn + blen); /* one write: no small segment left behind */
+    size_t  len = (size_t)hn + blen, k = 0; /* one write: no small segment left behind */
+    ssize_t s;
+    while (k < len && (s = send(q->fd, out + k, len - k, MSG_NOSIGNAL | MSG_DONTWAIT)) > 0)
+        k += (size_t)s;
+    if (k < len && q->rec && gate_take(((hrec *)q->rec)->g, len)) { /* the gate writes the rest */
+        q->rest     = out;
+        q->rest_off = k;
+        q->rest_n   = len;
+        return 0;
+    }
+    int rc = send_all(q, out + k, len - k);
     free(out);
     return rc;
 }
@@ -851,13 +964,19 @@ static int wait_idle(http_gate *g, double secs) {
 
 int http_gate_drain(http_gate *g, double secs) {
     pthread_mutex_lock(&g->mu);
-    int left = wait_idle(g, secs);
+    double t_end = mono() + secs;
+    int    left  = wait_idle(g, secs);
     if (left) { /* responses still being written to clients that do not read: end them */
         for (int i = g->first[R_ACTIVE]; i >= 0; i = g->rec[i].next)
             shutdown(g->rec[i].fd, SHUT_RDWR);
         wait_idle(g, 2);
     }
     reap(g);
+    gate_pump(g, t_end - mono(), R_SEND); /* the answers the gate writes, in the time left */
+    left += g->count[R_SEND];
+    for (int st = R_SEND; st <= R_LINGER; st++)
+        while (g->first[st] >= 0)
+            rec_close(g, &g->rec[g->first[st]]);
     pthread_mutex_unlock(&g->mu);
     return left ? -1 : 0;
 }

@@ -83,17 +83,23 @@ typedef struct http_req {
     const char *path;      /* the target's path, %-decoded, without the query            */
     char       *body;      /* (body_n) malloc'd; the handler may free it and set NULL    */
     size_t      body_n;
-    int         sent;    /* the response has begun                                       */
-    int         chunked; /* the stream is chunked (HTTP/1.1)                             */
-    int         failed;  /* a write failed: the client is gone                           */
-    http_stall  stalled; /* set by a write that saw no byte taken for send_secs          */
+    int         sent;             /* the response has begun                                       */
+    int         chunked;          /* the stream is chunked (HTTP/1.1)                             */
+    int         failed;           /* a write failed: the client is gone                           */
+    http_stall  stalled;          /* set by a write that saw no byte taken for send_secs          */
+    void       *rec;              /* the gate's record of the connection (serve-gate.c)            */
+    char       *rest;             /* (rest_n) a whole response the gate writes once the handler returns */
+    size_t      rest_off, rest_n; /* of which sent by the thread                          */
 } http_req;
 
 /* Answers q (a thread of the layer's; may block). Returns when the response is written. */
 typedef void (*http_handler)(void *cls, http_req *q);
 
 /* One whole response: status, Content-Type, extra header lines (each ending CRLF, or NULL),
- * body. Connection: close. 0, or -1 when the client is gone. */
+ * body. Connection: close. What the socket does not take at once is written by the gate's event
+ * loop after the handler returns (its thread is free; within the gate's budget of such bytes,
+ * else written here as a stream is), so a client that reads slowly holds no thread. 0, or -1
+ * when the client is gone. */
 int http_respond(http_req *q, int status, const char *ctype, const char *extra, const char *body, size_t n);
 /* A response whose body comes in pieces: chunked on HTTP/1.1, until the close on 1.0. */
 int http_stream_begin(http_req *q, int status, const char *ctype, const char *extra);

@@ -218,22 +218,16 @@ static int parse_vllm_sampling(json_t *b, sreq *r, perr *e) {
     return 0;
 }
 
-/* OpenAI's penalties (the settings table's rows), logit_bias and logprobs; vLLM's
- * repetition_penalty is refused unless 1 (what the sampler does anyway). */
+/* OpenAI's penalties and vLLM's repetition_penalty (the settings table's rows), logit_bias and
+ * logprobs. */
 #define SERVE_MAX_BIAS 300 /* logit_bias entries, OpenAI's limit */
 static int parse_penalties_bias(json_t *b, const k3_model_info *info, sreq *r, perr *e) {
     json_t *v;
+    r->repetition_penalty = 1;
     if (get_num(b, K3_SETTING_PRESENCE_PENALTY, &r->presence_penalty, e) ||
-        get_num(b, K3_SETTING_FREQUENCY_PENALTY, &r->frequency_penalty, e))
+        get_num(b, K3_SETTING_FREQUENCY_PENALTY, &r->frequency_penalty, e) ||
+        get_num(b, K3_SETTING_REPETITION_PENALTY, &r->repetition_penalty, e))
         return -1;
-    if ((v = json_object_get(b, "repetition_penalty")) && !json_is_null(v)) {
-        if (!json_is_number(v))
-            return bad(e, "invalid_type", "repetition_penalty: expected a number");
-        if (json_number_value(v) != 1)
-            return bad(
-                e, "unsupported_value",
-                "repetition_penalty: not supported (only 1; presence_penalty and frequency_penalty are)");
-    }
     if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
             return bad(e, "invalid_type", "logprobs: expected true or false");
@@ -448,12 +442,17 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
         if (json_integer_value(v) < 0 && /* the row's range, as --seed has it (-1 was taken as 2^64 - 1) */
             k3_setting_check(K3_SETTING_SEED, K3_SRC_API, (double)json_integer_value(v), err, sizeof err))
             return bad(e, "invalid_value", "%s", err);
-        r->seed = (uint64_t)json_integer_value(v);
+        r->seed   = (uint64_t)json_integer_value(v);
+        r->seeded = 1;
     }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
-        !(json_is_number(v) && json_number_value(v) == 1))
-        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
-                   "n: only 1 choice per request is supported");
+    r->n = 1;
+    if ((v = json_object_get(b, "n")) && !json_is_null(v)) {
+        double x = json_number_value(v); /* 2 or 2.0, as max_tokens */
+        if (!json_is_number(v) || x != floor(x) || x < 1 || x > SERVE_MAX_N)
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
+                       "n: expected an integer from 1 to %d (choices of one request)", SERVE_MAX_N);
+        r->n = (int)x;
+    }
     if (parse_vllm_sampling(b, r, e) || parse_penalties_bias(b, info, r, e) ||
         stools_parse_request(b, &r->tl, e) || stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) ||
         sformat_parse(b, &r->fmt, e) || sformat_tools(&r->tl, &r->fmt, e))

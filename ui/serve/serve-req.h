@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #define SERVE_MAX_STOPS 16 /* stop strings per request                       */
+#define SERVE_MAX_N 16     /* n: choices per request (a job each)            */
 #define SERVE_MAX_TOKENS ((int)k3_setting(K3_SETTING_MAX_TOKENS)->hi) /* the context ends a turn first */
 
 typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
@@ -68,7 +69,10 @@ typedef struct sreq {
     float          min_p; /* min_p (vLLM's): 0 = off                     */
     int            top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
     uint64_t       seed;
+    int            seeded; /* seed was given: choice i samples with seed + i (vLLM's) */
+    int            n;      /* n: choices, 1..SERVE_MAX_N */
     float          presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
+    float          repetition_penalty;                  /* vLLM's, 0.01..2 (1: off) */
     k3_logit_bias *bias;                                /* (n_bias) logit_bias, ids in the vocabulary */
     int            n_bias;
     int            logprobs, top_logprobs; /* logprobs: true; top_logprobs 0..20 */

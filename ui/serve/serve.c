@@ -8,7 +8,8 @@
  * events, or one JSON answer).
  *
  * One model and one engine thread (worker_main) that owns it. A connection thread validates
- * its request, queues a job and waits. The engine thread runs continuous batching over
+ * its request, queues a job per choice (n, each its own turn; jgroup) and waits. The engine thread runs
+ * continuous batching over
  * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
  * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
  * the slots' turns (each decoding turn's next token plus a prompt window of the oldest
@@ -100,11 +101,10 @@ typedef struct job {
     int         refs;    /* connection + worker (+ streaming response)  */
     int         gone;    /* the client disconnected                     */
     int         fd;      /* the connection's socket; -1 once its thread has left */
-    int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
-    int         started; /* the response has begun (no more probes)     */
+    int         index;   /* its choice: choices[index] of the request (n) */
+    int         cut;     /* cancelled because another choice failed     */
     int         queued;  /* waiting in the FIFO for a slot              */
-    double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
     long long   created; /* unix seconds                                */
@@ -174,7 +174,8 @@ static struct server {
     size_t          key_len[SERVE_MAX_KEYS];
     int             n_keys;
     long long       t_start;
-    uint64_t        id_tag; /* random, in every completion id: two servers never share one */
+    uint64_t        id_tag;          /* random, in every completion id: two servers never share one */
+    char            fingerprint[24]; /* system_fingerprint: "fp_" + FNV-64 of config.json */
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static double now_s(void) {
@@ -204,14 +205,6 @@ static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
     return b;
 }
 
-/* A request refused before it queued goes, its grammar's bytes with it; unlocks srv.mu. */
-static void job_drop_locked(job *j) {
-    gram_release_locked(j);
-    pthread_mutex_unlock(&srv.mu);
-    sreq_free(&j->r);
-    free(j);
-}
-
 static void job_unref_locked(job *j) {
     if (--j->refs > 0)
         return;
@@ -228,12 +221,6 @@ static void job_unref_locked(job *j) {
     free(j->cut_name);
     free(j->cut_args.p);
     free(j);
-}
-
-static void job_unref(job *j) {
-    pthread_mutex_lock(&srv.mu);
-    job_unref_locked(j);
-    pthread_mutex_unlock(&srv.mu);
 }
 
 /* The client went away: cancel the job (queued: the worker skips it). Lock held. */
@@ -269,8 +256,71 @@ static void job_expire_locked(job *j) {
     job_done_locked(j); /* the engine's reference: it never sees the job */
 }
 
-/* Wait up to 100 ms for progress on j, then check the client and the queue's time limit. Lock held. */
-static void job_wait_step(job *j) {
+/* ---- a request's jobs ------------------------------------------------------------------
+ *
+ * A request of n choices is n jobs (choices[i] is job i), each its own turn in the slots; its
+ * connection thread waits on all of them and answers once. A choice that fails cancels the
+ * others (the answer is that error); a client that goes away cancels all of them. */
+
+typedef struct jgroup {
+    job   *j[SERVE_MAX_N]; /* (n) by choice index */
+    int    n;
+    int    fd, v11; /* the connection; HTTP/1.1: an interim 100 may probe the peer */
+    int    started; /* the response has begun (no more probes)                      */
+    int    gone;    /* the client went away: every job cancelled                    */
+    double t_probe; /* monotonic seconds of the last probe                          */
+} jgroup;
+
+static int group_done(const jgroup *g) {
+    for (int i = 0; i < g->n; i++)
+        if (g->j[i]->state != J_DONE)
+            return 0;
+    return 1;
+}
+
+static int group_pending(const jgroup *g) { /* stream bytes not yet sent */
+    for (int i = 0; i < g->n; i++)
+        if (g->j[i]->sse.n > g->j[i]->sse_off)
+            return 1;
+    return 0;
+}
+
+/* The error that answers the request: the first choice that failed for a reason of its own (not
+ * cancelled for another's), else the first failed one; NULL when none did. Lock held. */
+static const job *group_failed(const jgroup *g) {
+    const job *any = NULL;
+    for (int i = 0; i < g->n; i++) {
+        const job *j = g->j[i];
+        if (j->state == J_DONE && j->http && j->http != 499)
+            return j;
+        if (j->state == J_DONE && j->http && !any)
+            any = j;
+    }
+    return any;
+}
+
+/* Cancels every job not done; cut: because one of them failed (else the client is gone). Lock held. */
+static void group_cancel_locked(jgroup *g, int cut) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->j[i]->gone && g->j[i]->state != J_DONE) {
+            g->j[i]->cut = cut;
+            job_gone_locked(g->j[i]);
+        }
+}
+
+/* Whether the client is gone (then every job is cancelled): seen by the wait, by a job whose
+ * stream the client left unread, or set by the caller. Lock held. */
+static int group_gone_locked(jgroup *g) {
+    for (int i = 0; !g->gone && i < g->n; i++)
+        g->gone = g->j[i]->gone && !g->j[i]->cut;
+    if (g->gone)
+        group_cancel_locked(g, 0);
+    return g->gone;
+}
+
+/* Wait up to 100 ms for progress on g's jobs, then check the client, the queue's time limit, and
+ * whether a choice failed (the others are cancelled). Lock held. */
+static void group_wait_step(jgroup *g) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 100 * 1000000L;
@@ -279,10 +329,25 @@ static void job_wait_step(job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
-    if (j->queued && now_s() - j->t0 > srv.queue_secs)
-        job_expire_locked(j);
-    if (j->state != J_DONE && j->fd >= 0 && http_peer_gone(j->fd, j->v11 && !j->started, &j->t_probe))
-        job_gone_locked(j);
+    for (int i = 0; i < g->n; i++)
+        if (g->j[i]->queued && now_s() - g->j[i]->t0 > srv.queue_secs)
+            job_expire_locked(g->j[i]);
+    if (!group_done(g) && g->fd >= 0 && http_peer_gone(g->fd, g->v11 && !g->started, &g->t_probe))
+        g->gone = 1;
+    if (!group_gone_locked(g) && group_failed(g))
+        group_cancel_locked(g, 1);
+}
+
+/* A request refused before it queued: its jobs go, their grammars' bytes with them; unlocks srv.mu. */
+static void group_drop_locked(jgroup *g) {
+    for (int i = 0; i < g->n; i++)
+        gram_release_locked(g->j[i]);
+    pthread_mutex_unlock(&srv.mu);
+    for (int i = 0; i < g->n; i++) {
+        sreq_free(&g->j[i]->r);
+        free(g->j[i]);
+    }
+    g->n = 0;
 }
 
 /* ---- stream chunks (worker side, lock held) ---------------------------------------- */
@@ -306,11 +371,21 @@ static void sse_json(job *j, json_t *o) {
     }
 }
 
-static json_t *usage_obj(const job *j) {
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens",
-                     j->n_gen, "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details",
-                     "cached_tokens", j->n_cached, "completion_tokens_details", "reasoning_tokens",
-                     j->n_think);
+/* usage of a request's choices: the prompt once (the first choice's, and its cached tokens), the
+ * completions' tokens summed, as vLLM counts n > 1. */
+static json_t *usage_obj(job *const *js, int n) {
+    int gen = 0, think = 0;
+    for (int i = 0; i < n; i++)
+        gen += js[i]->n_gen, think += js[i]->n_think;
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", js[0]->n_prompt, "completion_tokens",
+                     gen, "total_tokens", js[0]->n_prompt + gen, "prompt_tokens_details", "cached_tokens",
+                     js[0]->n_cached, "completion_tokens_details", "reasoning_tokens", think);
+}
+
+/* The head of an answer or chunk: id, object, created, model, system_fingerprint. */
+static json_t *answer_obj(const job *j, const char *object) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", j->id, "object", object, "created",
+                     (json_int_t)j->created, "model", srv.name, "system_fingerprint", srv.fingerprint);
 }
 
 /* choices[].logprobs of the entries lp (an array, taken; NULL: null). */
@@ -320,14 +395,13 @@ static json_t *logprobs_obj(json_t *lp) {
 
 /* A chunk; lp: the logprobs entries of its text (taken; NULL: none), sent with logprobs on. */
 static json_t *chunk_lp(job *j, json_t *delta, const char *finish, json_t *lp) {
-    json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
-                           finish ? json_string(finish) : json_null());
-    if (ch && j->r.logprobs)
-        json_object_set_new(ch, "logprobs", logprobs_obj(lp));
-    else
-        json_decref(lp);
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
-                          "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+    json_t *o = answer_obj(j, "chat.completion.chunk");
+    if (!j->r.logprobs) /* logprobs: null when not asked, as OpenAI writes it */
+        json_decref(lp), lp = NULL;
+    json_object_set_new(o, "choices",
+                        json_pack("[{s:i,s:o,s:o,s:o}]", "index", j->index, "delta", delta, "logprobs",
+                                  j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason",
+                                  finish ? json_string(finish) : json_null()));
     if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
         json_object_set_new(o, "usage", json_null());
     return o;
@@ -594,15 +668,16 @@ static k3_status job_start(slot *sl, job *j) {
     set.max_tokens   = r->max_tokens;
     set.think_budget = r->think_budget;
     k3_sampler_params_default(srv.m, &set.sampling);
-    set.sampling.temp              = r->temp;
-    set.sampling.top_p             = r->top_p;
-    set.sampling.top_k             = r->top_k;
-    set.sampling.min_p             = r->min_p;
-    set.sampling.seed              = r->seed;
-    set.sampling.presence_penalty  = r->presence_penalty;
-    set.sampling.frequency_penalty = r->frequency_penalty;
-    set.logprobs                   = r->logprobs;
-    set.top_logprobs               = r->top_logprobs;
+    set.sampling.temp               = r->temp;
+    set.sampling.top_p              = r->top_p;
+    set.sampling.top_k              = r->top_k;
+    set.sampling.min_p              = r->min_p;
+    set.sampling.seed               = r->seed;
+    set.sampling.presence_penalty   = r->presence_penalty;
+    set.sampling.frequency_penalty  = r->frequency_penalty;
+    set.sampling.repetition_penalty = r->repetition_penalty;
+    set.logprobs                    = r->logprobs;
+    set.top_logprobs                = r->top_logprobs;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
     k3_conv_set_grammar(sl->c, r->fmt.g);
     if ((st = k3_conv_set_settings(sl->c, &set)) ||
@@ -624,7 +699,6 @@ static k3_status job_start(slot *sl, job *j) {
 
 /* The job's answer from its turn's status st (engine thread, lock free). */
 static void job_finish(slot *sl, job *j, k3_status st) {
-    const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
     k3_conv_set_grammar(sl->c, NULL); /* the job's grammar and bias go with it */
@@ -683,7 +757,8 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     } else if (st == K3_ABORTED && srv.stopping && !j->gone) {
         job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
     } else if (st == K3_ABORTED) {
-        job_fail_locked(j, 499, "cancelled", "client_disconnected", "the client disconnected");
+        job_fail_locked(j, 499, "cancelled", j->cut ? "choice_failed" : "client_disconnected",
+                        j->cut ? "another choice of the request failed" : "the client disconnected");
     } else if (st == K3_ERR_CONTEXT) {
         char m[600];
         snprintf(m, sizeof m, "%s", k3_errmsg());
@@ -696,24 +771,13 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     } else {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
     }
-    if (j->http && j->http != 499 && j->r.stream && j->role_sent) { /* failed mid-stream */
-        sse_json(j, json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", j->err, "type", j->err_type,
-                              "param", "code", j->err_code));
-    } else if (!j->http && j->r.stream) {
+    if (!j->http && j->r.stream) { /* the request's usage and [DONE] follow its last choice (stream_tail) */
         if (!j->role_sent) {
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
         }
         sse_json(j, chunk(j, json_object(), j->finish));
-        if (r->include_usage) {
-            json_t *o = chunk(j, json_object(), NULL);
-            json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_obj(j));
-            sse_json(j, o);
-        }
     }
-    if (j->r.stream && (!j->http || j->role_sent))
-        txt_buf_add(&j->sse, "data: [DONE]\n\n", 14);
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -793,8 +857,9 @@ static void admit_locked(void) {
             if (srv.stopping)
                 job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
             else
-                job_fail_locked(j, 499, "cancelled", "client_disconnected",
-                                "the client disconnected while queued");
+                job_fail_locked(j, 499, "cancelled", j->cut ? "choice_failed" : "client_disconnected",
+                                j->cut ? "another choice of the request failed while it was queued"
+                                       : "the client disconnected while queued");
             job_done_locked(j);
             continue;
         }
@@ -938,39 +1003,69 @@ static int auth_key(const char *v, size_t n) {
     return found;
 }
 
-/* The stream: the job's SSE bytes as they come, until it is done or the client is gone. */
-static void send_stream(http_req *con, job *j) {
-    char  *p   = NULL;
-    size_t n   = 0;
-    int    end = 0;
+/* The end of a stream whose choices are all done: the error event of a choice that failed (the
+ * others were cancelled), else usage when asked; then [DONE]. Lock held. */
+static void stream_tail(const jgroup *g, txt_buf *out) {
+    const job *f = group_failed(g);
+    json_t    *o = NULL;
+    if (f) /* failed mid-stream */
+        o = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
+                      "code", f->err_code);
+    else if (g->j[0]->r.include_usage) {
+        o = answer_obj(g->j[0], "chat.completion.chunk");
+        json_object_set_new(o, "choices", json_array());
+        json_object_set_new(o, "usage", usage_obj(g->j, g->n));
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s) {
+        txt_buf_add(out, "data: ", 6);
+        txt_buf_add(out, s, strlen(s));
+        txt_buf_add(out, "\n\n", 2);
+        free(s);
+    }
+    txt_buf_add(out, "data: [DONE]\n\n", 14);
+}
+
+/* The stream: the jobs' SSE bytes as they come (each chunk carries its choice's index), until all
+ * are done or the client is gone. */
+static void send_stream(http_req *con, jgroup *g) {
+    txt_buf out = {0};
+    int     end = 0;
     if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
-            while (j->sse_off == j->sse.n && j->state != J_DONE && !j->gone)
-                job_wait_step(j);
-            n = j->sse.n - j->sse_off;
-            free(p);
-            p = n ? malloc(n) : NULL;
-            if (p)
-                memcpy(p, j->sse.p + j->sse_off, n);
-            j->sse.n = j->sse_off = 0;
-            end                   = j->state == J_DONE || j->gone;
+            while (!group_pending(g) && !group_done(g) && !group_gone_locked(g))
+                group_wait_step(g);
+            out.n = 0;
+            for (int i = 0; i < g->n; i++) {
+                job *j = g->j[i];
+                if (j->sse.n > j->sse_off)
+                    txt_buf_add(&out, j->sse.p + j->sse_off, j->sse.n - j->sse_off);
+                j->sse.n = j->sse_off = 0;
+            }
+            end = group_gone_locked(g) || group_done(g);
+            if (end && !g->gone)
+                stream_tail(g, &out);
             pthread_mutex_unlock(&srv.mu);
-            if ((n && (!p || http_stream_write(con, p, n))) || (end && !n))
+            if (out.oom || (out.n && http_stream_write(con, out.p, out.n)) || end) {
+                end = end && !out.oom; /* out of memory: the stream is cut */
                 break;
+            }
         }
-    free(p);
+    free(out.p);
     if (con->stalled == HTTP_STALL_QUIET) {
-        serve_log("#%u: the client took no byte of its stream for %d s (K3_SERVE_SEND_SECS): closed", j->seq,
-                  con->send_secs);
+        serve_log("#%u: the client took no byte of its stream for %d s (K3_SERVE_SEND_SECS): closed",
+                  g->j[0]->seq, con->send_secs);
         con->stalled = HTTP_STALL_LOGGED; /* on_request says no more */
     }
     pthread_mutex_lock(&srv.mu);
-    if (j->state == J_DONE && !con->failed)
+    if (end && !g->gone && !con->failed)
         http_stream_end(con);
     else
-        job_gone_locked(j); /* the response ended early: the client went away */
-    j->fd = -1;             /* the gate closes the socket: no shutdown of a number used again */
+        g->gone = 1, group_cancel_locked(g, 0); /* the response ended early: the client went away */
+    for (int i = 0; i < g->n; i++)
+        g->j[i]->fd = -1; /* the gate closes the socket: no shutdown of a number used again */
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -1017,6 +1112,30 @@ static void parse_turn(int take) {
     pthread_mutex_unlock(&parsing.mu);
 }
 
+/* choices[j->index] of a plain answer: the message (content null when the answer is only calls;
+ * refusal null: the model has no refusal channel), logprobs (the entries released with the text;
+ * null when not asked) and finish_reason. Lock held. */
+static json_t *choice_obj(const job *j) {
+    json_t *msg = json_pack("{s:s,s:s%,s:n}", "role", "assistant", "content", j->resp.p ? j->resp.p : "",
+                            j->rel, "refusal");
+    if (j->calls) {
+        json_object_set(msg, "tool_calls", j->calls);
+        if (!j->rel)
+            json_object_set_new(msg, "content", json_null());
+    }
+    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
+        json_object_set_new(msg, reasoning_keys[k],
+                            json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
+    json_t *lp = NULL;
+    if (j->r.logprobs) {
+        lp = json_array();
+        for (int i = 0; i < j->lp_sent; i++)
+            json_array_append(lp, j->lp[i].o);
+    }
+    return json_pack("{s:i,s:o,s:o,s:s}", "index", j->index, "message", msg, "logprobs",
+                     j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
@@ -1046,57 +1165,77 @@ static void chat_completions(http_req *con) {
                    json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", em);
         return;
     }
-    job *j = calloc(1, sizeof *j);
-    perr e = {{0}, {0}, {0}};
-    if (!j) {
-        json_decref(b);
-        parse_turn(0);
-        send_error(con, 500, "server_error", "out_of_memory", "out of memory");
-        return;
-    }
+    /* one job per choice: the body read again for each (a grammar and sampler of its own), choice
+     * i sampling with the given seed + i (vLLM's), else with a fresh seed of its own */
     static atomic_uint n_parsed;
-    int                rc = sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &j->r, &e);
+    jgroup             g  = {.fd = con->fd, .v11 = con->v11};
+    perr               e  = {{0}, {0}, {0}};
+    int                rc = 0;
+    for (int i = 0, want = 1; !rc && i < want; i++) {
+        job *j = calloc(1, sizeof *j);
+        if (!j) {
+            rc = -2;
+            break;
+        }
+        g.j[g.n++] = j;
+        j->index   = i;
+        rc         = sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &j->r, &e);
+        if (!rc && i == 0 && (want = j->r.n) > srv.n_slots + srv.max_queue)
+            rc = serve_bad(&e, "invalid_value",
+                           "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
+                           "queues %d (K3_SERVE_QUEUE)",
+                           want, srv.n_slots, srv.max_queue);
+        if (!rc && j->r.seeded)
+            j->r.seed = g.j[0]->r.seed + (uint64_t)i;
+    }
     json_decref(b);
     parse_turn(0);
     if (rc) {
         pthread_mutex_lock(&srv.mu);
-        j->seq = ++srv.seq;
-        pthread_mutex_unlock(&srv.mu);
-        serve_log("#%u 400: %s", j->seq, e.msg);
-        sreq_free(&j->r);
-        free(j);
+        unsigned seq = ++srv.seq;
+        group_drop_locked(&g);
+        if (rc == -2) {
+            send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+            return;
+        }
+        serve_log("#%u 400: %s", seq, e.msg);
         send_text(con, 400,
                   http_error_json("invalid_request_error", e.code, e.param[0] ? e.param : NULL, e.msg), NULL);
         return;
     }
-    j->fd      = con->fd;
-    j->v11     = con->v11;
-    j->key     = con->key;
-    j->created = (long long)time(NULL);
-    j->t0      = now_s();
-    j->refs    = 2; /* this connection + the worker */
+    long long created = (long long)time(NULL);
+    double    t0      = now_s();
     pthread_mutex_lock(&srv.mu);
-    /* numbered as it reaches the queue, in the lock that appends it: the numbers of queued jobs
+    /* numbered as they reach the queue, in the lock that appends them: the numbers of queued jobs
      * are their queue order (they were numbered before their requests were parsed, and two parsed
      * side by side could reach the queue out of number order) */
-    j->seq = ++srv.seq;
-    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, j->seq);
+    size_t gb = 0, budget = (size_t)srv.gram_mb << 20;
+    for (int i = 0; i < g.n; i++) {
+        job *j     = g.j[i];
+        j->fd      = con->fd;
+        j->key     = con->key;
+        j->created = created;
+        j->t0      = t0;
+        j->refs    = 2; /* this connection + the worker */
+        j->seq     = ++srv.seq;
+        snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, g.j[0]->seq);
+        gb += gram_charge_locked(j, NULL);
+    }
+    unsigned seq = g.j[0]->seq;
     if (srv.stopping) {
-        job_drop_locked(j);
+        group_drop_locked(&g);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
         return;
     }
-    size_t gb = gram_charge_locked(j, NULL), budget = (size_t)srv.gram_mb << 20;
-    if (gb && srv.gram_held > budget) { /* its grammar would take the total past the budget */
-        int      alone = gb > budget, q = srv.n_queued, a = srv.n_active;
-        size_t   held = srv.gram_held - gb;
-        unsigned seq  = j->seq;
-        job_drop_locked(j);
+    if (gb && srv.gram_held > budget) { /* its grammars would take the total past the budget */
+        int    alone = gb > budget, q = srv.n_queued, a = srv.n_active;
+        size_t held = srv.gram_held - gb;
+        group_drop_locked(&g);
         char m[300];
         if (alone)
             snprintf(m, sizeof m,
-                     "the grammar of response_format or tool_choice takes %zu MB, more than the server's "
-                     "budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
+                     "the grammar of response_format or tool_choice takes %zu MB (for all n choices), more "
+                     "than the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
                      (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
         else
             snprintf(m, sizeof m,
@@ -1109,10 +1248,10 @@ static void chat_completions(http_req *con) {
                    alone ? "grammar_too_large" : "grammar_budget", m);
         return;
     }
-    if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
-        int      q = srv.n_queued, a = srv.n_active;
-        unsigned seq = j->seq;
-        job_drop_locked(j);
+    /* free slots take theirs at once; a request of n choices needs room for all n */
+    if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active)) {
+        int q = srv.n_queued, a = srv.n_active;
+        group_drop_locked(&g);
         char m[160];
         snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
                  q, srv.max_queue);
@@ -1120,63 +1259,60 @@ static void chat_completions(http_req *con) {
         send_error(con, 503, "server_error", "queue_full", m);
         return;
     }
-    if (srv.tail)
-        srv.tail->next = j;
-    else
-        srv.head = j;
-    srv.tail = j;
-    srv.n_queued++;
-    j->queued = 1;
+    for (int i = 0; i < g.n; i++) {
+        job *j = g.j[i];
+        if (srv.tail)
+            srv.tail->next = j;
+        else
+            srv.head = j;
+        srv.tail = j;
+        srv.n_queued++;
+        j->queued = 1;
+    }
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
-    while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
-        job_wait_step(j);
-    /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
-    if (!j->r.stream || !j->sse.n || (j->gone && j->state != J_DONE))
-        j->fd = -1;
-    if (j->gone && j->state != J_DONE) {
-        job_unref_locked(j);
-        pthread_mutex_unlock(&srv.mu);
-        con->failed = 1; /* the client is gone: close */
-        return;
-    }
-    if (j->http && !(j->r.stream && j->sse.n)) {
-        unsigned code = j->http == 499 ? 503 : (unsigned)j->http;
+    int stream = g.j[0]->r.stream;
+    while (!group_done(&g) && !group_gone_locked(&g) && !(stream && group_pending(&g)))
+        group_wait_step(&g);
+    int streams = stream && group_pending(&g) && !g.gone;
+    if (!streams) /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
+        for (int i = 0; i < g.n; i++)
+            g.j[i]->fd = -1;
+    const job *f = g.gone ? NULL : group_failed(&g);
+    if (g.gone || (f && !streams)) {
         char     type[32], ecode[40], msg[600];
-        snprintf(type, sizeof type, "%s", j->err_type);
-        snprintf(ecode, sizeof ecode, "%s", j->err_code);
-        snprintf(msg, sizeof msg, "%s", j->err);
-        job_unref_locked(j);
+        unsigned code = f ? (f->http == 499 ? 503 : (unsigned)f->http) : 0;
+        if (f) {
+            snprintf(type, sizeof type, "%s", f->err_type);
+            snprintf(ecode, sizeof ecode, "%s", f->err_code);
+            snprintf(msg, sizeof msg, "%s", f->err);
+        }
+        for (int i = 0; i < g.n; i++)
+            job_unref_locked(g.j[i]);
         pthread_mutex_unlock(&srv.mu);
-        send_error(con, code, type, ecode, msg);
+        if (f)
+            send_error(con, code, type, ecode, msg);
+        else
+            con->failed = 1; /* the client is gone: close */
         return;
     }
-    if (j->r.stream) {
-        j->started = 1;
+    if (streams) {
+        g.started = 1;
         pthread_mutex_unlock(&srv.mu);
-        send_stream(con, j);
-        job_unref(j);
+        send_stream(con, &g);
+        pthread_mutex_lock(&srv.mu);
+        for (int i = 0; i < g.n; i++)
+            job_unref_locked(g.j[i]);
+        pthread_mutex_unlock(&srv.mu);
         return;
     }
-    json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
-    if (j->calls) { /* content is null when the answer is only calls */
-        json_object_set(msg, "tool_calls", j->calls);
-        if (!j->rel)
-            json_object_set_new(msg, "content", json_null());
-    }
-    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
-        json_object_set_new(msg, reasoning_keys[k],
-                            json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
-                          "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
-                          "message", msg, "finish_reason", j->finish, "usage", usage_obj(j));
-    if (o && j->r.logprobs) { /* the entries released with the answer's text */
-        json_t *lp = json_array();
-        for (int i = 0; i < j->lp_sent; i++)
-            json_array_append(lp, j->lp[i].o);
-        json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs", logprobs_obj(lp));
-    }
-    job_unref_locked(j);
+    json_t *o = answer_obj(g.j[0], "chat.completion"), *choices = json_array();
+    for (int i = 0; i < g.n; i++)
+        json_array_append_new(choices, choice_obj(g.j[i]));
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_obj(g.j, g.n));
+    for (int i = 0; i < g.n; i++)
+        job_unref_locked(g.j[i]);
     pthread_mutex_unlock(&srv.mu);
     if (!o)
         send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
@@ -1535,6 +1671,12 @@ int cli_serve(const ui_opts *o) {
     }
     if (serve_slots(o))
         goto done;
+    /* the same model answers with the same fingerprint, across restarts (k3_conv_set_model's hash) */
+    if (k3_conv_set_model(srv.slots[0].c, o->dir, NULL)) {
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    snprintf(srv.fingerprint, sizeof srv.fingerprint, "fp_%s", k3_conv_model_fingerprint(srv.slots[0].c));
     k3_model_get_info(srv.m, &srv.info);
     if (sformat_init(srv.m, &srv.info)) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());

@@ -1,0 +1,207 @@
+# t-serve-choices.py: `k3chat --serve` answers n choices per request, as vLLM does (n above 1 was
+# a 400), and writes the answer's fields OpenAI's reference shows (system_fingerprint, a choice's
+# logprobs null when not asked, message.refusal null; they were missing). On a generated tiny
+# checkpoint, loopback only:
+#   - n 3 at temperature 0: three equal choices, index 0..2, usage.completion_tokens their sum;
+#   - n 3 with a seed: choice i is what n 1 answers with seed + i (vLLM's derived seeds), and the
+#     request answers the same twice; a stream of n 2 carries each choice's index, the same texts
+#     as the plain answer, one finish per choice, one usage chunk (the sum) and one [DONE];
+#   - n 0, 1.5, 17 (above the documented 16) and "2" are 400s naming n, and so is an n the
+#     server's slots and queue cannot hold at once;
+#   - a choice that fails (its wait in the queue timed out) cancels the others: the answer is the
+#     503, the running choice is cancelled at once, and its slot answers the next request;
+#   - a client that leaves a stream of n 3 (two running, one queued) cancels all three, and both
+#     slots then answer a request of n 2 (none leaked);
+#   - system_fingerprint is "fp_" and hex, in the answer and every chunk, the same after a restart;
+#   - the official OpenAI SDK for JavaScript (npm openai 5; SKIP without node/npm) reads n 3 plain
+#     and n 2 streamed (choices gathered by index).
+# Turns that must outlive an event are scripted (K3_SERVE_SCRIPT), so no check depends on the
+# machine's speed; every wait is bounded. The servers are killed at the end.
+import json
+import os
+import re
+import time
+
+import serve_lib
+from serve_lib import ok, open_stream, post_chat, read_text, sse_objects, start_server, wait_for
+
+B, T, K3, ASAN, env = serve_lib.setup()
+M = os.path.join(T, "m")
+procs = []
+
+
+def start(name, *args, **extra_env):
+    """A server with args: (process, port, log path); port None when it did not start."""
+    return start_server(K3, M, T, env, procs, name, ["--serve", "127.0.0.1:0"] + list(args), **extra_env)
+
+
+def body(n, tokens=6, temp=0.0, seed=None, stream=False, **more):
+    o = dict(messages=[{"role": "user", "content": "hello there"}], n=n, temperature=temp, max_tokens=tokens,
+             reasoning_effort="none", stream=stream, **more)
+    if seed is not None:
+        o["seed"] = seed
+    return o
+
+
+def texts(o):
+    return [c["message"]["content"] for c in o.get("choices", [])]
+
+
+def stream_texts(data):
+    """Each choice's text (by index), finishes per index, the usage chunks, [DONE] count, the chunks."""
+    ev, _ = sse_objects(data)
+    out, fin, usage = {}, {}, []
+    for x in ev:
+        if not x.get("choices"):
+            usage.append(x.get("usage"))
+        for c in x.get("choices", []):
+            out[c["index"]] = out.get(c["index"], "") + (c["delta"].get("content") or "")
+            if c["finish_reason"]:
+                fin[c["index"]] = fin.get(c["index"], []) + [c["finish_reason"]]
+    return out, fin, usage, data.count("data: [DONE]"), ev
+
+
+def refused_n(st, o):
+    e = o.get("error", {}) if isinstance(o, dict) else {}
+    return st == 400 and e.get("param") == "n" and e.get("message", "").startswith("n:")
+
+
+try:
+    srv, port, log = start("choices")
+    ok(port is not None, "the server starts")
+    if port is None:
+        raise SystemExit(1)
+
+    # ---- n 3, greedy: three equal choices, indexed, usage summed
+    st, o, _ = post_chat(port, body(3))
+    ch = o.get("choices", []) if st == 200 else []
+    u = o.get("usage", {}) if st == 200 else {}
+    ok(st == 200 and [c["index"] for c in ch] == [0, 1, 2] and len(set(texts(o))) == 1 and texts(o)[0],
+       "n 3 at temperature 0: choices 0, 1, 2 with the same text (%d %s)" % (st, json.dumps(o)[:300]))
+    one = post_chat(port, body(1))[1]
+    ok(st == 200 and u.get("completion_tokens") == 3 * one["usage"]["completion_tokens"] and
+       u.get("prompt_tokens") == one["usage"]["prompt_tokens"] and
+       u.get("total_tokens") == u["prompt_tokens"] + u["completion_tokens"],
+       "usage: the prompt once, completion_tokens the choices' sum (%r; n 1: %r)" % (u, one.get("usage")))
+
+    # ---- OpenAI's fields: system_fingerprint, logprobs null, refusal null
+    fp = o.get("system_fingerprint", "")
+    ok(re.fullmatch(r"fp_[0-9a-f]{16}", fp or "") is not None, "system_fingerprint is fp_ and hex (%r)" % fp)
+    ok(all("logprobs" in c and c["logprobs"] is None and "refusal" in c["message"] and c["message"]["refusal"] is None
+           for c in ch), "each choice has logprobs null (not asked) and message.refusal null (%r)" % ch[:1])
+    st, data, streamed = post_chat(port, body(1, stream=True))
+    ev, _ = sse_objects(data) if streamed else ([], False)
+    ok(ev and all(x.get("system_fingerprint") == fp for x in ev) and
+       all("logprobs" in c and c["logprobs"] is None for x in ev for c in x["choices"]),
+       "every chunk has the system_fingerprint and each choice logprobs null (%r)" % (ev[:1],))
+
+    # ---- seeds: choice i samples with seed + i, as vLLM derives them
+    st, a, _ = post_chat(port, body(3, temp=1.0, seed=7))
+    st2, a2, _ = post_chat(port, body(3, temp=1.0, seed=7))
+    singles = [texts(post_chat(port, body(1, temp=1.0, seed=7 + i))[1]) for i in range(3)]
+    ok(st == 200 and texts(a) == texts(a2), "n 3 with seed 7 answers the same twice (%r)" % texts(a))
+    ok(st == 200 and texts(a) == [s[0] for s in singles] and len(set(texts(a))) > 1,
+       "choice i is n 1's answer with seed 7 + i, and they differ (%r vs %r)" % (texts(a), singles))
+
+    # ---- a stream of n 2: each chunk's index, the same texts, one finish each, one usage, one [DONE]
+    st, data, streamed = post_chat(port, body(2, temp=1.0, seed=7, stream=True,
+                                              stream_options={"include_usage": True}))
+    got, fin, usage, dones, ev = stream_texts(data if streamed else "")
+    ok(streamed and got == {0: texts(a)[0], 1: texts(a)[1]}, "a stream of n 2 carries each choice's index and text, "
+       "as the plain answer (%r vs %r)" % (got, texts(a)[:2]))
+    ok(streamed and sorted(fin) == [0, 1] and all(len(v) == 1 for v in fin.values()) and dones == 1 and
+       data.rstrip().endswith("data: [DONE]"), "one finish_reason per choice and one [DONE] at the end (%r, %d)"
+       % (fin, dones))
+    a2 = post_chat(port, body(2, temp=1.0, seed=7))[1]
+    ok(len(usage) == 1 and usage[0] and usage[0]["completion_tokens"] == a2["usage"]["completion_tokens"] and
+       ev[-1].get("usage") == usage[0], "one usage chunk, last, with the choices' sum, as the plain answer's "
+       "(%r vs %r)" % (usage, a2["usage"]))
+
+    # ---- n out of range: 400 naming n
+    for v in (0, 1.5, 17, "2", -1):
+        st, o, _ = post_chat(port, body(v))
+        ok(refused_n(st, o), "n %r -> 400 naming n (%d %s)" % (v, st, json.dumps(o)[:200]))
+    st, o, _ = post_chat(port, body(2.0, tokens=2))
+    ok(st == 200 and len(o.get("choices", [])) == 2, "n 2.0 is 2 (%d)" % st)
+
+    # ---- the official OpenAI SDK
+    cache = serve_lib.openai_sdk(["openai@5"])
+    if cache:
+        js = r"""
+const base = { model: "m", messages: [{ role: "user", content: "hello there" }], reasoning_effort: "none" };
+const r = await client.chat.completions.create({ ...base, n: 3, temperature: 1, seed: 7, max_tokens: 6 });
+out.plain = [r.choices.map((c) => [c.index, c.message.content, c.finish_reason]), r.system_fingerprint,
+             r.usage.completion_tokens];
+const st = await client.chat.completions.create({ ...base, n: 2, temperature: 1, seed: 7, max_tokens: 6,
+                                                  stream: true });
+const by = {};
+for await (const ch of st) for (const c of ch.choices) by[c.index] = (by[c.index] ?? "") + (c.delta.content ?? "");
+out.stream = by;
+"""
+        res = serve_lib.run_sdk(js, ["http://127.0.0.1:%d/v1" % port], cache, env, 300, T, "choices.cjs", cwd=cache)
+        p = res.get("plain", [[], None, None])
+        ok([c[:2] for c in p[0]] == [[i, t] for i, t in enumerate(texts(a))] and p[1] == fp and
+           p[2] == a["usage"]["completion_tokens"], "OpenAI SDK: n 3 reads three choices, the fingerprint and usage "
+           "(%r)" % p)
+        ok(res.get("stream") == {"0": texts(a)[0], "1": texts(a)[1]},
+           "OpenAI SDK: a stream of n 2 gathered by index (%r)" % res.get("stream"))
+    srv.kill()
+    srv.wait()
+
+    # ---- a scripted reply that never ends holds its slot as long as a check needs, on any machine
+    hold = os.path.join(T, "hold.txt")
+    with open(hold, "w") as f:
+        f.write("la " * 40000)
+
+    # ---- a choice that fails cancels the others: --parallel 1, so choice 1 waits in the queue until
+    # its 1 s limit (503 queue_timeout) while choice 0 runs; the answer is the 503 and choice 0 stops
+    srv2, port2, log2 = start("fail", "--parallel", "1", K3_SERVE_QUEUE="1", K3_SERVE_QUEUE_SECS="1",
+                              K3_MAXT="65536", K3_SERVE_SCRIPT=hold)
+    ok(port2 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=1 and K3_SERVE_QUEUE_SECS=1 starts")
+    if port2:
+        st, o, _ = post_chat(port2, body(3, tokens=2))
+        ok(refused_n(st, o) and "--parallel" in o["error"]["message"],
+           "n 3 on a server that runs 1 and queues 1 -> 400 naming n (%d %s)" % (st, json.dumps(o)[:200]))
+        st, o, _ = post_chat(port2, body(2, tokens=60000), timeout=120)
+        ok(st == 503 and o.get("error", {}).get("code") == "queue_timeout",
+           "n 2 whose second choice times out in the queue -> 503 queue_timeout (%d %s)" % (st, json.dumps(o)[:200]))
+        ok(wait_for(lambda: "another choice of the request failed" in read_text(log2), 30),
+           "the running choice is cancelled for it (log: %r)" % read_text(log2)[-300:])
+        st, o, _ = post_chat(port2, body(1, tokens=3))
+        ok(st == 200 and o["usage"]["completion_tokens"] == 3, "its slot answers the next request (%d)" % st)
+        ok(srv2.poll() is None, "the server is still up")
+        fp2 = post_chat(port2, body(1, tokens=1))[1].get("system_fingerprint")
+        ok(fp2 == fp, "the same model after a restart has the same system_fingerprint (%r, %r)" % (fp2, fp))
+        srv2.kill()
+        srv2.wait()
+
+    # ---- a client that leaves a stream of n 3 (two choices running, one queued) cancels all three;
+    # both slots then answer a request of n 2 (a leaked slot would leave one choice queued forever)
+    srv3, port3, log3 = start("leave", "--parallel", "2", K3_MAXT="65536", K3_SERVE_SCRIPT=hold,
+                              K3_SERVE_QUEUE_SECS="100")
+    ok(port3 is not None, "a --parallel 2 server starts")
+    if port3:
+        s, seen = open_stream(port3, json.dumps(body(3, tokens=60000, stream=True)))
+        s.settimeout(30)
+        t_end = time.time() + 60
+        try:  # both running choices have streamed text
+            while not all(('"index":%d,"delta":{"content":' % i).encode() in seen for i in (0, 1)) and \
+                    time.time() < t_end:
+                b = s.recv(65536)
+                if not b:
+                    break
+                seen += b
+        except OSError:
+            pass
+        ok(b'"index":2' not in seen, "the third choice waits for a slot (none of its chunks came)")
+        s.close()
+        ok(wait_for(lambda: read_text(log3).count("cancelled:") >= 3, 30),
+           "the client's leaving cancels all three choices (%r)" % re.findall(r"#\d+ cancelled[^\n]*", read_text(log3)))
+        st, o, _ = post_chat(port3, body(2, tokens=3), timeout=60)
+        ok(st == 200 and len(o.get("choices", [])) == 2, "both slots answer a request of n 2 afterwards (%d)" % st)
+        srv3.kill()
+        srv3.wait()
+    serve_lib.sanitizer_clean(T)
+finally:
+    serve_lib.kill_all(procs)
+raise SystemExit(serve_lib.status())

@@ -1,0 +1,122 @@
+# t-serve-hold.py: `k3chat --serve` against clients that hold its request threads or its exit, on a
+# generated tiny checkpoint, loopback only:
+#   - 70 clients that ask for a large plain answer (300 tokens with top_logprobs 20: ~590 kB) and
+#     then do not read it (a slow reader: K3_SERVE_SEND_SECS is an hour here, so the server waits
+#     on them) held a request thread each, in the write of the answer: once 64 were held, every
+#     other client waited in the gate for its 503 server_busy. Now what the socket does not take
+#     is written by the gate's event loop: the threads come back, another client is answered, and
+#     a slow reader that reads at last gets its whole answer;
+#   - a client that connects while the server lingers on answered connections at shutdown
+#     (SIGTERM) crashed it: the listening socket's event was taken for a connection's, an index
+#     past the records' end. Clients connect in a loop across the stop; the server exits 0.
+# Each check waits on an event (the log's lines, a response), with generous bounds; the servers
+# are killed at the end.
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import serve_lib
+from serve_lib import ok, post_chat, read_text, start_server, wait_for
+
+B, T, K3, ASAN, env = serve_lib.setup()
+M = os.path.join(T, "m")
+procs = []
+N_ATTACK = 70  # more than the gate's 64 request threads (HTTP_MAX_CONN)
+
+try:
+    hold = os.path.join(T, "hold.txt")
+    with open(hold, "w") as f:
+        f.write("la " * 40000)
+    srv, port, log = start_server(K3, M, T, env, procs, "hold", ["--serve", "127.0.0.1:0", "--parallel", "8"],
+                                  K3_SERVE_QUEUE="100", K3_SERVE_SEND_SECS="3600", K3_MAXT="4096",
+                                  K3_SERVE_SCRIPT=hold)
+    ok(port is not None, "a server with K3_SERVE_SEND_SECS=3600 starts")
+    if port is None:
+        raise SystemExit(1)
+    body = json.dumps(dict(messages=[{"role": "user", "content": "x"}], max_tokens=300, logprobs=True,
+                           top_logprobs=20, reasoning_effort="none"))
+    req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode()
+    socks = []
+    for i in range(N_ATTACK):  # from 35 addresses: the gate's per-address limits are not what is tested
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.bind(("127.0.0.%d" % (2 + i % 35), 0))
+        s.settimeout(60)
+        s.connect(("127.0.0.1", port))
+        s.sendall(req)
+        socks.append(s)
+    answered = lambda: read_text(log).count(" 200: ")
+    ok(wait_for(lambda: answered() >= 64, 600), "64 of the slow readers' answers are made (%d)" % answered())
+    t0 = time.time()
+    st, o, _ = post_chat(port, dict(messages=[{"role": "user", "content": "y"}], max_tokens=2), timeout=120)
+    ok(st == 200, "another client is answered while 64 slow readers have not read their answers (%d %s, %.1f s)"
+       % (st, json.dumps(o)[:160] if isinstance(o, dict) else o[:160], time.time() - t0))
+    ok(wait_for(lambda: answered() >= N_ATTACK + 1, 300), "all %d slow readers' answers are made (%d)"
+       % (N_ATTACK, answered() - 1))
+    names = [open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip() for t in os.listdir("/proc/%d/task" % srv.pid)]
+    ok(names.count("k3-request") == 0 or wait_for(lambda: not any(
+        open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip() == "k3-request"
+        for t in os.listdir("/proc/%d/task" % srv.pid)), 60), "no request thread is left waiting on them")
+    buf = b""
+    s = socks[0]
+    try:  # the first one reads at last: its whole answer, as the gate wrote it
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            buf += b
+    except OSError as e:
+        buf += b"<%s>" % str(e).encode()
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    try:
+        lp = json.loads(rest)["choices"][0]["logprobs"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        lp = []
+    ok(head.startswith(b"HTTP/1.1 200") and len(lp) == 300, "a slow reader that reads gets its whole answer "
+       "(%d bytes, %d logprobs entries)" % (len(rest), len(lp)))
+    for s in socks:
+        s.close()
+    srv.kill()
+    srv.wait()
+
+    # ---- SIGTERM while answered connections linger, with clients connecting all along
+    srv2, port2, log2 = start_server(K3, M, T, env, procs, "stop", ["--serve", "127.0.0.1:0"])
+    ok(port2 is not None, "a second server starts")
+    if port2:
+        stop = [False]
+        held = []
+
+        def knock():  # connections that ask, are answered and stay open (the server lingers on them)
+            while not stop[0]:
+                try:
+                    c = socket.create_connection(("127.0.0.1", port2), timeout=5)
+                    c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    held.append(c)
+                    if len(held) > 200:
+                        held.pop(0).close()
+                except OSError:
+                    time.sleep(0.01)
+        ths = [threading.Thread(target=knock) for _ in range(4)]
+        for t in ths:
+            t.start()
+        wait_for(lambda: len(held) > 50, 30)
+        srv2.send_signal(signal.SIGTERM)
+        try:
+            rc = srv2.wait(60)
+        except Exception:
+            rc = None
+        stop[0] = True
+        for t in ths:
+            t.join(30)
+        for c in held:
+            c.close()
+        ok(rc == 0, "SIGTERM while clients keep connecting: the server exits 0 (%r; log: %r)"
+           % (rc, read_text(log2)[-300:]))
+    serve_lib.sanitizer_clean(T)
+finally:
+    serve_lib.kill_all(procs)
+raise SystemExit(serve_lib.status())
