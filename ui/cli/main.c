@@ -46,35 +46,79 @@ static const char *settings_note(int id, char *buf, size_t n) {
     return buf;
 }
 
+/* One entry of the help: "  OPT" padded to column 25, then doc filled to 80 columns, its further
+ * lines indented to column 25 (an OPT too long for its column puts doc on the next line). Every
+ * line of --help fits an 80-column terminal (the table's docs are up to 100 characters, and the
+ * help used to print them on one line, up to 129 columns: tests/t-docs.py checks the width). */
+static void help_item(FILE *f, const char *opt, const char *doc) {
+    enum { INDENT = 25, WIDTH = 80 };
+    int col = fprintf(f, "  %s", opt);
+    if (col > INDENT - 1) {
+        fputc('\n', f);
+        col = 0;
+    }
+    fprintf(f, "%*s", INDENT - col, "");
+    col = INDENT;
+    for (const char *p = doc; *p;) {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (!w)
+            break;
+        if (col > INDENT && col + 1 + (int)w > WIDTH) {
+            fprintf(f, "\n%*s", INDENT, "");
+            col = INDENT;
+        } else if (col > INDENT) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: k3chat [OPTIONS] MODEL_DIR          full-screen chat (line mode if not a terminal)\n"
-        "       k3chat MODEL_DIR --prompt TEXT       one-shot answer (response to stdout, reasoning to "
-        "stderr)\n"
-        "       k3chat MODEL_DIR --ids \"1 2 3\"       one-shot from raw token ids\n"
-        "       k3chat --inspect MODEL_DIR          describe a checkpoint, or its first error\n"
-        "       k3chat --tokenize VOCAB_DIR FILE    print the token ids of FILE\n"
-        "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
-        "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
-        "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
-        "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
-        "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
-        "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
-        "\n"
-        "options (the settings table, k3-settings.h):\n");
+    fprintf(f, "usage: k3chat [OPTIONS] MODEL_DIR\n"
+               "       k3chat MODEL_DIR --prompt TEXT | --ids \"1 2 3\"\n"
+               "       k3chat --inspect [--measure] MODEL_DIR\n"
+               "       k3chat --tokenize | --detokenize VOCAB_DIR FILE\n"
+               "       k3chat --chat-ids MODEL_DIR TRANSCRIPT\n"
+               "       k3chat MODEL_DIR --replay FILE\n"
+               "       k3chat MODEL_DIR --serve [ADDR:]PORT\n"
+               "       k3chat --endpoint URL [OPTIONS]\n"
+               "\nmodes (one at most; without one: the chat, line mode when not on a terminal):\n");
+    static const char *const modes[][2] = {
+        {"--plain", "the chat as a line-mode REPL, also on a terminal"},
+        {"--prompt TEXT", "one-shot answer (response to stdout, reasoning to stderr)"},
+        {"--ids \"1 2 3\"", "one-shot from raw token ids; prints the generated ids (up to 256 "
+                            "without --max-tokens)"},
+        {"--inspect", "describe a checkpoint, or name its first error"},
+        {"--tokenize", "print the token ids of FILE"},
+        {"--detokenize", "write the bytes of the ids in FILE"},
+        {"--chat-ids", "the ids the chat encoder makes for a transcript"},
+        {"--replay FILE", "re-run a transcript's user turns and compare the answers"},
+        {"--serve [ADDR:]PORT", "OpenAI-compatible HTTP server (127.0.0.1 by default)"},
+        {"--endpoint URL", "the chat (full-screen or --plain) with a remote OpenAI-compatible server instead "
+                           "of MODEL_DIR"}};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        help_item(f, modes[i][0], modes[i][1]);
+    fprintf(f, "\noptions (the settings table, k3-settings.h):\n");
     for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 1)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
-            char opt[64], note[176];
+            char opt[64], note[176], doc[512];
             snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
-            fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
+            snprintf(doc, sizeof doc, "%s%s", r->doc, settings_note(id, note, sizeof note));
+            help_item(f, opt, doc);
         }
     }
-    fprintf(f, "  --json                 --prompt's answer is one JSON object\n"
-               "  --measure              with --inspect: measure this machine's speed figures again\n"
-               "  -h, --help             this help;  -V, --version  the version\n"
-               "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+    help_item(f, "--json", "--prompt's answer is one JSON object");
+    help_item(f, "--measure", "with --inspect: measure this machine's speed figures again");
+    help_item(f, "-h, --help", "this help");
+    help_item(f, "-V, --version", "the version");
+    fprintf(f, "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
@@ -417,7 +461,15 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
 
 /* The options that do not go together, the number of arguments for the mode (o->dir, o->file
  * taken from them) and a --load transcript checked: 0, or 2 (a usage error, reported). */
-static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
+static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int plain) {
+    static const char *const mode_opt[] = {
+        [CLI_INSPECT] = "--inspect",   [CLI_TOKENIZE] = "--tokenize", [CLI_DETOKENIZE] = "--detokenize",
+        [CLI_CHAT_IDS] = "--chat-ids", [CLI_REPLAY] = "--replay",     [CLI_SERVE] = "--serve"};
+    if (plain && mode != CLI_CHAT) { /* it was taken and ignored: --plain --serve P served */
+        fprintf(stderr, "k3chat: --plain is the chat's line mode; it does not go with %s\n",
+                mode == CLI_ONESHOT ? (o->ids ? "--ids" : "--prompt") : mode_opt[mode]);
+        return 2;
+    }
     if (o->measure && mode != CLI_INSPECT) {
         fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
         return 2;
@@ -543,7 +595,7 @@ int main(int argc, char **argv) {
     int           rc    = parse_args(argc, argv, &o, &mode, &plain);
     if (rc >= 0)
         return stdout_done(rc, mode); /* --help, --version: their text written, or said why not */
-    if (check_args(argc, argv, &o, mode))
+    if (check_args(argc, argv, &o, mode, plain))
         return 2;
     /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
      * model: a malformed one stops here, before a terminal is taken over */
