@@ -17,6 +17,14 @@ echo "$out" | grep -Eq '^[0-9]+( [0-9]+){0,5}$'; ok $? "greedy --ids prints up t
 n=$(echo "$out" | wc -w)
 [ "$rc" = 0 ] && [ "$(echo "$out" | wc -l)" = 1 ]; ok $? "exit 0 and exactly one line of output ($n ids)"
 
+# --max-tokens 0 is no limit with --ids too (k3chat(1)): greedy ids up to the full context, the
+# 6 above first; it used to print an empty line
+out0=$(K3_MAXT=40 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 0 --temp 0 2>"$T/err"); rc=$?
+n0=$(echo "$out0" | wc -w)
+[ "$rc" = 0 ] && [ -n "$out" ] && case "$out0" in "$out"*) true ;; *) false ;; esac &&
+    [ "$n0" = 7 ] && grep -q "the context (K3_MAXT=40) is full" "$T/err"
+ok $? "--ids --max-tokens 0 at K3_MAXT=40: 34 prompt ids, then greedy ids to the full context ($n0: '$out0', rc $rc, $(grep -v "memory fit\|load" "$T/err" | head -c 100))"
+
 out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"

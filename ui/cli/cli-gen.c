@@ -1,10 +1,10 @@
 /* cli-gen.c: one-shot generation, `k3chat MODEL_DIR --ids "1 2 3" | --prompt TEXT`.
  *
- * --ids feeds raw token ids, generates up to --max-tokens (default 256) and prints the
- * generated ids on one line, decimal, separated by single spaces, then a newline. Generation
- * stops before eos_token_id (which is not printed; the last generated token is not fed, so
- * K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests rely on
- * exactly this output.
+ * --ids feeds raw token ids, generates up to --max-tokens (default 256; 0: until eos or a full
+ * context) and prints the generated ids on one line, decimal, separated by single spaces, then a
+ * newline. Generation stops before eos_token_id (which is not printed; the last generated token
+ * is not fed, so K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests
+ * rely on exactly this output.
  * --prompt encodes [--system] + the user message with the chat encoder (--think, --effort),
  * generates, and runs the output parser: the response channel streams to stdout, the think
  * channel to stderr. It stops at <|end_of_msg|>, eos, --max-tokens or the context capacity.
@@ -20,6 +20,7 @@
 #include "k3.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,18 +230,27 @@ static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sa
         free(ids);
         return 1;
     }
-    int       max_tokens = o->max_tokens >= 0 ? o->max_tokens : 256;
+    /* unset: 256; 0: no limit, as everywhere (it used to generate nothing), up to a full context */
+    int       max_tokens = o->max_tokens > 0 ? o->max_tokens : o->max_tokens == 0 ? INT_MAX : 256;
     k3_status st         = k3_session_feed(s, ids, n);
+    int       full       = 0;
     for (int i = 0; !st && i < max_tokens; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
         if (t == info.eos_id)
             break;
         printf(i ? " %d" : "%d", (int)t);
         fflush(stdout);
+        if (i + 1 < max_tokens && k3_session_pos(s) >= info.max_ctx) {
+            full = 1;
+            break;
+        }
         if (i + 1 < max_tokens)
             st = k3_session_feed(s, &t, 1);
     }
     printf("\n");
+    fflush(stdout);
+    if (full) /* as --prompt says it */
+        fprintf(stderr, "k3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
     if (st)
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
