@@ -102,6 +102,24 @@ static int load_grammar(const ui_opts *o, const k3_buf *schema, const k3_tok *to
     return 0;
 }
 
+/* The schema compiled once before the model loads (minutes for the release), on the directory's
+ * tokenizer alone, so that a schema the grammar refuses is said at once, as a missing file is;
+ * the grammar the answer runs under is compiled again on the model's vocabulary (its width and
+ * eos). A tokenizer that does not load is left to the model's load, which names it. 0, or -1
+ * with the reason said. */
+static int check_schema(const ui_opts *o, const k3_buf *schema) {
+    k3_tok     *tok = NULL;
+    k3_gvocab  *voc = NULL;
+    k3_grammar *g   = NULL;
+    if (!o->json_schema || k3_tok_load(o->dir, NULL, &tok) != K3_OK)
+        return 0;
+    int rc = load_grammar(o, schema, tok, k3_tok_n_vocab(tok), -1, &voc, &g);
+    k3_grammar_free(g);
+    k3_gvocab_free(voc);
+    k3_tok_free(tok);
+    return rc;
+}
+
 static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k3_session *s,
                           const k3_sampler_params *sp) {
     const k3_tok   *tok  = NULL;
@@ -281,6 +299,10 @@ int cli_oneshot(const ui_opts *o) {
     k3_buf schema;
     if (read_schema(o, &schema))
         return 1;
+    if (check_schema(o, &schema)) {
+        free(schema.p);
+        return 1;
+    }
     if ((st = k3_params_default(&par))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         free(schema.p);
