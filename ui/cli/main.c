@@ -515,32 +515,60 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
                 o->json ? "--json" : "--json-schema");
         return 2;
     }
-    /* the tools take few setting flags (--tokenize and --detokenize --pattern, --chat-ids --pattern,
-     * --think and --effort, --inspect none), and --pattern goes with those three only: a flag that
-     * changed nothing was taken without a word (--tokenize V F --temp 0.5, --prompt X --pattern) */
-    static const struct {
-        enum cli_mode mode;
-        const char   *name, *takes; /* takes: the flags it reads, " name " each */
-    } tools[] = {{CLI_TOKENIZE, "--tokenize", " pattern "},
-                 {CLI_DETOKENIZE, "--detokenize", " pattern "},
-                 {CLI_CHAT_IDS, "--chat-ids", " pattern think effort "},
-                 {CLI_INSPECT, "--inspect", " "}};
+    /* each mode reads some of the setting flags; one it does not read changed nothing and was
+     * taken without a word (--tokenize V F --temp 0.5, --serve P --temp 0 (a request brings its
+     * own sampling), --prompt X --parallel 8, --replay F --system S, --endpoint's server never
+     * got --think-budget): a usage error naming the flag and the mode */
+    const char *name, *takes; /* takes: the flags the mode reads, " name " each */
+    switch (mode) {
+    case CLI_TOKENIZE:
+    case CLI_DETOKENIZE:
+        name  = mode == CLI_TOKENIZE ? "--tokenize" : "--detokenize";
+        takes = " pattern ";
+        break;
+    case CLI_CHAT_IDS:
+        name  = "--chat-ids";
+        takes = " pattern think effort ";
+        break;
+    case CLI_INSPECT:
+        name  = "--inspect";
+        takes = " ";
+        break;
+    case CLI_ONESHOT:
+        name  = o->ids ? "--ids" : "--prompt";
+        takes = o->ids ? " temp top-p max-tokens seed "
+                       : " temp top-p think effort max-tokens think-budget seed system json-schema ";
+        break;
+    case CLI_REPLAY:
+        name  = "--replay";
+        takes = " temp top-p think effort max-tokens seed ";
+        break;
+    case CLI_SERVE:
+        name  = "--serve";
+        takes = " api-key model allow-host parallel ";
+        break;
+    default:
+        name  = o->endpoint ? "--endpoint" : "the chat on MODEL_DIR";
+        takes = o->endpoint
+                    ? " temp top-p think effort max-tokens think-budget seed system theme load api-key model "
+                    : " temp top-p think effort max-tokens think-budget seed system theme load ";
+        break;
+    }
     for (int id = 0; id < K3_SETTING_N; id++) {
         const char *flag = k3_setting((enum k3_setting_id)id)->flag;
         char        word[64];
-        int         tool = -1;
         if (!flag_given[id])
             continue;
         snprintf(word, sizeof word, " %s ", flag);
-        for (size_t t = 0; t < sizeof tools / sizeof *tools; t++)
-            if (tools[t].mode == mode)
-                tool = (int)t;
-        if (tool >= 0 && !strstr(tools[tool].takes, word)) {
-            fprintf(stderr, "k3chat: --%s has no effect with %s\n", flag, tools[tool].name);
+        if (id == K3_SETTING_PATTERN && !strstr(takes, word) && mode != CLI_INSPECT) {
+            fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
             return 2;
         }
-        if (id == K3_SETTING_PATTERN && tool < 0) {
-            fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
+        if (!strstr(takes, word)) {
+            const char *api = k3_setting((enum k3_setting_id)id)->api;
+            fprintf(stderr, "k3chat: --%s has no effect with %s%s%s%s\n", flag, name,
+                    mode == CLI_SERVE && api ? " (a request gives it as '" : "",
+                    mode == CLI_SERVE && api ? api : "", mode == CLI_SERVE && api ? "')" : "");
             return 2;
         }
     }
