@@ -496,9 +496,13 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
                                           ? 2
                                       : o->endpoint ? 0
                                                     : 1;
-    if (nargs != want) {
-        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
-                nargs);
+    if (nargs != want) { /* which arguments: a bare 'k3chat' said only "expected 1 argument, got 0" */
+        const char *what = mode == CLI_CHAT_IDS ? "MODEL_DIR TRANSCRIPT"
+                           : want == 2          ? "VOCAB_DIR FILE"
+                           : want == 1          ? "MODEL_DIR"
+                                                : "no MODEL_DIR with --endpoint";
+        fprintf(stderr, "k3chat: expected %d argument%s (%s), got %d (try --help)\n", want,
+                want != 1 ? "s" : "", what, nargs);
         return 2;
     }
     o->dir = want ? argv[optind] : NULL;
