@@ -94,6 +94,19 @@ if p.returncode == 0:
 shutil.rmtree(full, ignore_errors=True)
 ok(m is not None and got == want, "k3chat(1) MEMORY FIT: the example refusal of the release at K3_MEM_GB=24 is "
    "what k3chat prints (%r)" % (got if got != want else "")[:400])
+# every variable k3chat's sources read besides the settings table's K3_* rows (getenv, xdg_dir)
+# has its entry in k3chat(1) ENVIRONMENT (XDG_CACHE_HOME, TERM, VTE_VERSION, TERM_PROGRAM and
+# TMPDIR were read and not listed there)
+man_env = man1[man1.find("\n.SH ENVIRONMENT"):]
+man_env = man_env[:man_env.find("\n.SH ", 1)].replace("\\-", "-")
+read = set()
+for f in files:
+    if f.startswith(("src/", "ui/", "tools/")) and f.endswith((".c", ".h")):
+        text = open(os.path.join(SRC, f), encoding="utf-8", errors="replace").read()
+        read |= set(re.findall(r'(?:getenv|xdg_dir)\("([A-Z][A-Z0-9_]*)"', text))
+unlisted = sorted(v for v in read if not re.search(r"\b%s\b" % v, man_env))
+ok(len(read) >= 8 and not unlisted, "k3chat(1) ENVIRONMENT lists every variable the sources read by name "
+   "(%d: %s; not listed: %r)" % (len(read), " ".join(sorted(read)), unlisted))
 # every program's --help: on standard output, status 0, and every line fits an 80-column terminal
 # (k3chat's printed the settings table's docs on one line each, up to 129 columns; k3-mkmodel,
 # k3-repack, k3-ab and k3-bench's were 92 to 125 wide); each lists its own option -h, --help
