@@ -71,6 +71,7 @@ for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --to
     "$V --ids 1 --system s:--system has no effect with --ids" \
     "$V --serve 0 --temp 0:--temp has no effect with --serve (a request gives it as 'temperature')" \
     "$V --replay $K3_TMP/none.jsonl --system s:--system has no effect with --replay" \
+    "$V --serve 0 --api-key k --allow-host h:--allow-host has no effect with --api-key" \
     "$V --plain --model m:--model has no effect with the chat on MODEL_DIR" \
     "--endpoint localhost --plain --parallel 2:--parallel has no effect with --endpoint" \
     "--detokenize $V $K3_TMP/commas.txt --max-tokens 3:--max-tokens has no effect with --detokenize" \

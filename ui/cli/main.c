@@ -576,6 +576,13 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
             return 2;
         }
     }
+    if (mode == CLI_SERVE && o->allow_hosts && o->api_key) { /* the Host gate is the keyless server's */
+        fprintf(stderr,
+                "k3chat: --allow-host has no effect with %s: a --serve with a key answers every Host "
+                "name that brings the key\n",
+                flag_given[K3_SETTING_API_KEY] ? "--api-key" : "K3_API_KEY");
+        return 2;
+    }
     if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
