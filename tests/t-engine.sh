@@ -95,6 +95,9 @@ K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1 2 3 4" --max-tokens 1 >/dev/null 2>"$T
 head -c 10 /dev/zero >"$T/x0"
 K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 of 10 bytes: clear error ($(head -c 100 "$T/err"))"
+K3_X0="$T" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -qF "K3_X0=$T: is a directory" "$T/err"
+ok $? "K3_X0 naming a directory: says so (it was read as 9223372036854775807 bytes) ($(tail -n 1 "$T/err" | head -c 100))"
 K3_LAYERS=99 "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_LAYERS" "$T/err"; ok $? "K3_LAYERS beyond the model: clear error ($(head -c 100 "$T/err"))"
 
