@@ -116,6 +116,17 @@ mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/
 "$B/k3chat" "$T/m" --ids "5 x 7" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "token 2: 'x' is not an id" "$T/err" && ! grep -q "loaded\|memory fit" "$T/err"
 ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))"
+# K3_DIRS: a shard missing from the model directory is taken from the first of its directories
+# that holds it; when none does, the error says K3_DIRS was searched too (it named one path)
+mkdir -p "$T/split" "$T/alt"
+cp "$T/m"/* "$T/split/"
+sh3=$(ls "$T/split" | grep -m1 'model-00003-of')
+mv "$T/split/$sh3" "$T/alt/"
+outd=$(K3_DIRS="$T/none:$T/alt" "$B/k3chat" "$T/split" --ids "$ids" --max-tokens 6 --temp 0 2>"$T/err")
+[ -n "$outd" ] && [ "$outd" = "$out" ]; ok $? "K3_DIRS=NONE:ALT: the shard moved to ALT is found, the same greedy ids ($(tail -n 1 "$T/err" | head -c 100))"
+K3_DIRS="$T/none" "$B/k3chat" "$T/split" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -qF "$sh3: not in $T/split nor in any directory of K3_DIRS=$T/none" "$T/err"
+ok $? "a shard in no directory of K3_DIRS: the error names the model directory and K3_DIRS ($(tail -n 1 "$T/err" | head -c 160))"
 # the server's prompt-cache settings: a malformed value stops the start, naming the variable
 for kv in K3_CONV_SNAPSHOTS=many K3_CONV_SNAPSHOTS=65 K3_CONV_SNAPSHOT_MB=lots K3_CONV_SNAPSHOT_MB=-1; do
     env "$kv" timeout 60 "$B/k3chat" "$T/m" --serve 127.0.0.1:0 >/dev/null 2>"$T/err"; rc=$?
