@@ -85,4 +85,12 @@ for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --to
     [ $rc -eq 2 ] && echo "$err" | grep -qF -- "${a#*:}" && echo "PASS: k3chat ${a%%:*}: usage error ($err)" ||
         echo "FAIL: k3chat ${a%%:*}: rc $rc, '$err' (want 2 and '${a#*:}')"
 done
+# an empty --model or --endpoint's --api-key: a usage error (--serve listed a model called '',
+# --endpoint sent "Authorization: Bearer ")
+err=$(timeout 60 "$K3" "$V" --serve 0 --model "" 2>&1 >/dev/null </dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--model: the name is empty" && echo "PASS: --serve --model '': usage error ($err)" ||
+    echo "FAIL: --serve --model '': rc $rc, '$err'"
+err=$(timeout 60 "$K3" --endpoint localhost --plain --api-key "" 2>&1 >/dev/null </dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--api-key: the key is empty" && echo "PASS: --endpoint --api-key '': usage error ($err)" ||
+    echo "FAIL: --endpoint --api-key '': rc $rc, '$err'"
 exit 0

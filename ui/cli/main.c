@@ -576,6 +576,19 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
             return 2;
         }
     }
+    /* an empty name or key was taken as given: --serve listed a model called '', --endpoint sent
+     * "Authorization: Bearer " (--serve refuses an empty key itself, with its key list) */
+    if (o->model_name && !*o->model_name) {
+        fprintf(stderr, "k3chat: --model: the name is empty (give a name, or no --model for %s)\n",
+                mode == CLI_SERVE ? "the model directory's name" : "the first one the server lists");
+        return 2;
+    }
+    if (o->endpoint && o->api_key && !*o->api_key) {
+        fprintf(
+            stderr,
+            "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+        return 2;
+    }
     if (mode == CLI_SERVE && o->allow_hosts && o->api_key) { /* the Host gate is the keyless server's */
         fprintf(stderr,
                 "k3chat: --allow-host has no effect with %s: a --serve with a key answers every Host "
