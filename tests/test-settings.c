@@ -451,6 +451,11 @@ static void check_docs(void) {
                 doc[k++] = *p;
         doc[k] = 0;
         T_CHECK(at && strstr(entry, doc), "--help: '%s' with '%s'", line + 3, r->doc);
+        /* the sampling defaults are the model's generation_config.json (k3-nano's temperature
+         * is 0); the help said "default 1" */
+        if (i == K3_SETTING_TEMP || i == K3_SETTING_TOP_P)
+            T_CHECK(strstr(entry, "default: generation_config.json, else 1)") != NULL,
+                    "--help: --%s's default is the model's generation_config.json ('%s')", r->flag, entry);
     }
     static const char *modes[] = {"--prompt",   "--ids",     "--inspect", "--tokenize", "--detokenize",
                                   "--chat-ids", "--replay",  "--serve",   "--endpoint", "--plain",

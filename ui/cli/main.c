@@ -25,13 +25,16 @@
 #include <unistd.h>
 
 /* " (0..2, default 1; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
- * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
+ * at least 192 holds every part whole (64 + 64 + 48 and the separators). The sampling defaults
+ * are the model's generation_config.json, the table's only without one. */
 static const char *settings_note(int id, char *buf, size_t n) {
     const k3_setting_row *r         = k3_setting(id);
-    char                  range[64] = "", def[48] = "", env[48] = "";
+    char                  range[64] = "", def[64] = "", env[48] = "";
     if (r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices))
         snprintf(range, sizeof range, "%.15g..%.15g", r->lo, r->hi);
-    if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
+    if (id == K3_SETTING_TEMP || id == K3_SETTING_TOP_P) /* "default 1" was wrong for k3-nano (0) */
+        snprintf(def, sizeof def, "default: generation_config.json, else %g", r->def);
+    else if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
         snprintf(def, sizeof def, "default %s", r->def ? "on" : "off");
     else if (!isnan(r->def) && r->type == K3_TYPE_ENUM)
         snprintf(def, sizeof def, "default %s", k3_setting_choice(id, (int)r->def));
@@ -108,7 +111,7 @@ static void usage(FILE *f) {
     for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 1)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
-            char opt[64], note[176], doc[512];
+            char opt[64], note[192], doc[512];
             snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
             snprintf(doc, sizeof doc, "%s%s", r->doc, settings_note(id, note, sizeof note));
             help_item(f, opt, doc);
