@@ -209,7 +209,9 @@ k3_status    k3_session_feed(k3_session *s, const int32_t *ids, int n);
 const float *k3_session_logits(const k3_session *s); /* vocab floats, valid until next feed */
 void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by the next feed */
 /* A feed that returns K3_ABORTED (or K3_ERR_*) keeps every chunk committed before it:
- * k3_session_pos() tells how many of the ids were applied. */
+ * k3_session_pos() tells how many of the ids were applied. K3_ERR_NUMERIC: a chunk's hidden
+ * state became NaN or infinite (the message names the layer and the position) or its logits did;
+ * that chunk is not applied. */
 /* Several sessions of one model advance together: session ss[i] is fed the n[i] tokens ids[i]
  * (n[i] >= 1; decode steps have n[i] == 1, a prefill chunk more). The sessions must be
  * distinct. Every dense matrix is read once for all the tokens of the batch (one matmul over

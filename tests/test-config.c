@@ -180,6 +180,25 @@ static void config_cases(void) {
     j = base();
     json_object_del(tc(j), "num_experts_per_token");
     expect_cfg("missing-topk", j, "config.json: text_config.num_experts_per_token is missing", 1);
+    j = base(); /* both spellings of the experts per token: the same number is fine */
+    json_object_set_new(tc(j), "num_experts_per_tok", json_integer(2));
+    dir = case_dir("topk-both");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.n_active == 2, "both spellings of 2 experts per token read (%s)",
+            k3_errmsg());
+    j = base();
+    json_object_set_new(tc(j), "num_experts_per_tok", json_integer(3));
+    expect_cfg("topk-disagree", j,
+               "config.json: text_config.num_experts_per_token = 2 and text_config.num_experts_per_tok = 3 "
+               "disagree (experts per token)",
+               1);
+    j = base(); /* the other spelling at the top level is a key not read, as any top-level copy */
+    json_object_set_new(j, "num_experts_per_tok", json_integer(3));
+    dir = case_dir("topk-top");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.n_active == 2,
+            "num_experts_per_tok at the top level beside text_config's spelling: text_config's read (%s)",
+            k3_errmsg());
     j = base();
     json_object_set_new(tc(j), "num_experts_per_token", json_integer(5));
     expect_cfg("topk-range", j, "config.json: text_config.num_experts_per_token = 5 is outside 1..4", 1);
@@ -197,6 +216,14 @@ static void config_cases(void) {
     j = base();
     json_object_set_new(tc(j), "hidden_size", json_integer(0));
     expect_cfg("zero", j, "config.json: text_config.hidden_size = 0 is outside", 0);
+    j = base();
+    json_object_set_new(tc(j), "qk_nope_head_dim", json_integer(0));
+    expect_cfg("zero-nope", j, "config.json: text_config.qk_nope_head_dim = 0 is outside 1..65536", 0);
+    j = base(); /* a key of rope width 0 is a model: the nope part alone */
+    json_object_set_new(tc(j), "qk_rope_head_dim", json_integer(0));
+    dir = case_dir("zero-rope");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.rope == 0, "qk_rope_head_dim = 0 is read (%s)", k3_errmsg());
     j = base();
     json_object_set_new(tc(j), "rms_norm_eps", json_real(-1));
     expect_cfg("eps", j, "config.json: text_config.rms_norm_eps = -1 is outside", 0);

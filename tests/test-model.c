@@ -416,6 +416,27 @@ static int poke(const char *dir, const char *name, const void *bytes, size_t n) 
     return rc;
 }
 
+/* Set every byte of tensor name's data in the single-file model dir to v. */
+static int fill(const char *dir, const char *name, uint8_t v) {
+    st_dir *d = NULL;
+    if (st_open(dir, &d))
+        return -1;
+    const st_tensor *t   = st_find(d, name);
+    int              rc  = -1;
+    uint8_t         *buf = t ? malloc((size_t)t->nbytes) : NULL;
+    if (buf) {
+        memset(buf, v, (size_t)t->nbytes);
+        int fd = open(st_shard_path(d, t->shard), O_WRONLY);
+        if (fd >= 0) {
+            rc = pwrite(fd, buf, (size_t)t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
+            close(fd);
+        }
+    }
+    free(buf);
+    st_close(d);
+    return rc;
+}
+
 /* Rename a tensor in the header of DIR/model.safetensors by changing its last letter. */
 static int rename_tensor(const char *dir, const char *name) {
     char path[1200], key[300];
@@ -452,6 +473,60 @@ static void expect_open_error(const char *dir, k3_status want, const char *needl
     k3_model_free(m);
 }
 
+/* One expert of layer 1 overflowing (scale 254 on its down projection): a token routed to it
+ * fails, one that is not goes on. Batched together, the first leaves the pass at layer 1 and
+ * the second's logits are those it has alone. */
+static void test_overflow_batch(const char *good, const char *bad) {
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    T_CHECK(fill(bad, "model.layers.1.block_sparse_moe.experts.0.w2.weight_scale", 254) == 0,
+            "scale bytes 254 in layer 1's expert 0 down projection of a copy");
+    k3_model   *m      = open_model(bad, 0, 0, NULL);
+    k3_session *ss[2]  = {NULL, NULL};
+    int32_t     tok[2] = {-1, -1}; /* a token that fails, one that does not */
+    float      *alone  = NULL;
+    if (!m || k3_session_new(m, &ss[0]) || k3_session_new(m, &ss[1])) {
+        T_CHECK(0, "open for the batch: %s", k3_errmsg());
+        goto done;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    for (int32_t id = 0; id < 200 && (tok[0] < 0 || tok[1] < 0); id++) {
+        k3_session_reset(ss[0]);
+        k3_status st = k3_session_feed(ss[0], &id, 1);
+        if (st == K3_ERR_NUMERIC && tok[0] < 0)
+            tok[0] = id;
+        else if (st == K3_OK && tok[1] < 0) {
+            tok[1] = id;
+            alone  = malloc((size_t)info.vocab * sizeof(float));
+            if (alone)
+                memcpy(alone, k3_session_logits(ss[0]), (size_t)info.vocab * sizeof(float));
+        }
+    }
+    if (tok[0] < 0 || tok[1] < 0 || !alone) {
+        T_CHECK(0, "among ids 0..199 one routes to the overflowing expert (%d), one does not (%d)", tok[0],
+                tok[1]);
+        goto done;
+    }
+    k3_session_reset(ss[0]);
+    const int32_t *ids[2] = {&tok[0], &tok[1]};
+    int            n[2]   = {1, 1};
+    k3_status      each[2];
+    k3_session_feed_batch(ss, ids, n, 2, each);
+    T_CHECK(each[0] == K3_ERR_NUMERIC && each[1] == K3_OK && k3_session_pos(ss[0]) == 0 &&
+                k3_session_pos(ss[1]) == 1,
+            "batch of ids %d and %d: the first fails, the second is applied (%s, %s)", tok[0], tok[1],
+            k3_status_str(each[0]), k3_status_str(each[1]));
+    T_CHECK(strstr(k3_errmsg(), "session 0: layer 1 (") != NULL,
+            "the batch's message names session 0 and layer 1 (%s)", k3_errmsg());
+    T_CHECK(each[1] == K3_OK && !memcmp(k3_session_logits(ss[1]), alone, (size_t)info.vocab * sizeof(float)),
+            "the session left in the pass has the logits it has alone");
+done:
+    free(alone);
+    k3_session_free(ss[0]);
+    k3_session_free(ss[1]);
+    k3_model_free(m);
+}
+
 static void test_corrupt(void) {
     char good[600], bad[700];
     snprintf(good, sizeof good, "%s/single", tmp);
@@ -483,11 +558,65 @@ static void test_corrupt(void) {
     poke(bad, "model.layers.1.block_sparse_moe.experts.2.w3.weight_scale", &s255, 1);
     expect_open_error(bad, K3_ERR_NUMERIC, "experts.2.w3.weight_scale", "MXFP4 scale 255 (NaN)");
 
+    /* MXFP4 scale 254 (2^127, valid) on every down projection of layer 1's experts: the weights
+     * overflow f32 in the products, so the layer's output is not finite. The feed fails naming
+     * that layer (not the logits 4 layers later), and nothing is applied */
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    int filled = 1;
+    for (int e = 0; e < 12; e++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "model.layers.1.block_sparse_moe.experts.%d.w2.weight_scale", e);
+        filled &= fill(bad, nm, 254) == 0;
+    }
+    T_CHECK(filled, "scale bytes 254 in layer 1's 12 expert down projections of a copy");
+    m             = open_model(bad, 0, 0, NULL);
+    k3_session *s = NULL;
+    int32_t     ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = 3 + 7 * i;
+    if (!m || k3_session_new(m, &s))
+        T_CHECK(0, "scale 254 is no load error: %s", k3_errmsg());
+    else {
+        k3_status st = k3_session_feed(s, ids, 20);
+        T_CHECK(
+            st == K3_ERR_NUMERIC && strstr(k3_errmsg(), "layer 1 (KDA, MoE)") && k3_session_pos(s) == 0,
+            "overflowing expert weights: K3_ERR_NUMERIC naming layer 1, nothing applied (%s, position %d)",
+            k3_errmsg(), k3_session_pos(s));
+    }
+    k3_session_free(s);
+    k3_model_free(m);
+    test_overflow_batch(good, bad);
+
     t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     T_CHECK(rename_tensor(bad, "model.norm.weight") == 0, "rename model.norm.weight in a copy");
     m = open_model(bad, 0, 0, NULL);
     T_CHECK(!m && strstr(k3_errmsg(), "model.norm.weight"), "missing tensor: open fails naming it (%s)",
             k3_errmsg());
+    k3_model_free(m);
+
+    /* K3_X0 rows with an inf in row 2: the session names the file's row and column at its start */
+    char x0[700];
+    snprintf(x0, sizeof x0, "%s/x0.f32", tmp);
+    FILE *xf = fopen(x0, "wb");
+    if (xf) {
+        float row[100] = {0}; /* the tiny preset's hidden_size */
+        for (int r = 0; r < 3; r++) {
+            row[7] = r == 2 ? __builtin_inff() : 0.5f;
+            fwrite(row, sizeof row, 1, xf);
+        }
+        fclose(xf);
+    }
+    k3_params xp;
+    k3_params_default(&xp);
+    xp.bits = xp.mla_bits = xp.head_bits = 32;
+    xp.x0_path                           = x0;
+    m                                    = NULL;
+    k3_session *xs                       = NULL;
+    k3_status   xst                      = k3_model_open(good, &xp, &m) ? K3_ERR_ARG : k3_session_new(m, &xs);
+    T_CHECK(xst == K3_ERR_NUMERIC && !xs &&
+                strstr(k3_errmsg(), "x0.f32: row 2 (position), column 7 is infinite"),
+            "K3_X0 with an inf: the session refuses it naming row and column (%s)", k3_errmsg());
+    k3_session_free(xs);
     k3_model_free(m);
 
     T_CHECK(k3_model_open("/nonexistent/k3", NULL, &m) != K3_OK && !m && *k3_errmsg(),

@@ -370,27 +370,36 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
         return st;
     if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora)))
         return st;
-    if ((st = t_int(c, "qk_nope_head_dim", 0, 65536, &o->nope)))
+    /* at least 1: the absorbed decode keeps kv_b's nope rows as (kv_lora, nope) matrices, which
+     * the load quantizes (K3_MLA_BITS); a width of 0 gave them no columns to quantize */
+    if ((st = t_int(c, "qk_nope_head_dim", 1, 65536, &o->nope)))
         return st;
     if ((st = t_int(c, "qk_rope_head_dim", 0, 65536, &o->rope)))
         return st;
     if ((st = t_int(c, "v_head_dim", 1, 65536, &o->v_dim)))
         return st;
-    if (o->nope + o->rope == 0)
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s + qk_rope_head_dim is 0 (query/key heads need a width)",
-                      (text_key(c, "qk_nope_head_dim", path, sizeof path), path));
     if ((long)o->n_heads * (o->nope + o->rope + o->v_dim) > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times the head widths exceeds %d",
                       (text_key(c, "num_attention_heads", path, sizeof path), path), DIM_MAX);
     if ((st = t_int(c, "num_experts", 1, 1 << 20, &o->n_experts)))
         return st;
     v = text_key(c, "num_experts_per_token", path, sizeof path);
-    if (!v) {
+    {
         char    p2[160];
         json_t *v2 = text_key(c, "num_experts_per_tok", p2, sizeof p2);
-        if (v2) {
+        int     k2;
+        if (!v && v2) {
             v = v2;
             strcpy(path, p2);
+        } else if (v && v2 && !strncmp(path, "text_config.", 12) == !strncmp(p2, "text_config.", 12)) {
+            /* both spellings in one place: each valid, and the same number (a copy elsewhere is
+             * a key not read, as for any key in both places) */
+            if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)) ||
+                (st = to_int(v2, p2, 1, o->n_experts, &k2)))
+                return st;
+            if (k2 != o->n_active)
+                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d and %s = %d disagree (experts per token)",
+                              path, o->n_active, p2, k2);
         }
     }
     if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)))

@@ -489,7 +489,8 @@ static k3_status load_shard(st_dir *d, int si, const k3_names *index, int *found
     }
     if (st)
         goto fail;
-    qsort(L.ents, L.ne, sizeof *L.ents, cmp_entry_begin);
+    if (L.ne > 1) /* a header of no tensors has no entries, and qsort a NULL base: undefined */
+        qsort(L.ents, L.ne, sizeof *L.ents, cmp_entry_begin);
     for (size_t i = 1; i < L.ne; i++)
         if (L.ents[i].begin < L.ents[i - 1].end) {
             const hdr_entry *a = &L.ents[i - 1], *b = &L.ents[i];

@@ -955,6 +955,24 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
             fail_all(p, fail, ud, st);
             return;
         }
+        /* a NaN or inf in a session's hidden state fails it here, naming the layer that made
+         * it (an overflow in that layer's weights), not as non-finite logits after the rest */
+        for (int g = p->nseg - 1; g >= 0; g--) {
+            const pass_seg *sg = &p->seg[g];
+            const size_t    ne = (size_t)sg->n * D,
+                         i     = model_first_nonfinite(b->h + (size_t)sg->t0 * D, ST_F32, ne);
+            if (i < ne) {
+                fail(ud, sg,
+                     k3_err(K3_ERR_NUMERIC, "layer %d (%s, %s): the hidden state is %s at position %d", l,
+                            m->layers[l].kind == K3_LAYER_KDA ? "KDA" : "MLA",
+                            m->layers[l].dense ? "dense MLP" : "MoE",
+                            isnan(b->h[(size_t)sg->t0 * D + i]) ? "NaN" : "infinite",
+                            sg->s->pos + (int)(i / D)));
+                seg_drop(p, g, 1);
+            }
+        }
+        if (!p->nseg)
+            return;
         if (b->trace) /* K3_TRACE: h after each layer */
             for (int t = 0; t < p->n; t++)
                 memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
@@ -971,13 +989,11 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
     for (int g = 0; g < p->nseg; g++) {
         const pass_seg *sg = &p->seg[g];
         const float    *lg = b->logits + ((size_t)sg->lrow + (size_t)sg->lcnt - 1) * V;
-        for (int i = 0; i < V; i++)
-            if (!isfinite(lg[i])) {
-                fail(ud, sg,
-                     k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
-                            sg->s->pos + sg->n - 1));
-                seg_drop(p, g--, 0);
-                break;
-            }
+        const size_t    i  = model_first_nonfinite(lg, ST_F32, (size_t)V);
+        if (i < (size_t)V) {
+            fail(ud, sg,
+                 k3_err(K3_ERR_NUMERIC, "logit %zu at position %d is not finite", i, sg->s->pos + sg->n - 1));
+            seg_drop(p, g--, 0);
+        }
     }
 }

@@ -231,12 +231,17 @@ typedef struct fwd_pass {
 } fwd_pass;
 
 /* The model over a pass (forward.c), top to bottom: each column's embedding (or its K3_X0
- * row), every layer (a segment whose session is cancelled between layers leaves the pass, its
- * columns compacted away), the K3_TRACE rows per layer, then the final mix, norm and lm_head of
+ * row), every layer (a segment whose session is cancelled between layers, or whose hidden state
+ * holds a NaN or inf after one, leaves the pass, its columns compacted away), the K3_TRACE rows
+ * per layer, then the final mix, norm and lm_head of
  * the rows each segment needs (its last, or every one while K3_LOGITS is set: b->logits rows
  * [lrow, lrow + lcnt)) and the check that its last logits are finite. A segment that leaves
  * (K3_ABORTED, K3_ERR_NUMERIC) or fails with the pass (a layer's K3_ERR_IO, K3_ERR_NUMERIC,
  * K3_ERR_NOMEM: every one) is reported to fail(ud, seg, status) with the message current and
  * taken out of p->seg; the segments left are complete, for the caller to commit. */
 typedef void (*fwd_fail_fn)(void *ud, const pass_seg *sg, k3_status st);
-void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud);
+
+/* Index of the first NaN/inf among n elements of dtype (ST_F32, ST_F16, ST_BF16) at p, or n
+ * (load.c: the weights at load; forward.c: the hidden state after each layer, the logits). */
+size_t model_first_nonfinite(const void *p, int dtype, size_t n);
+void   model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud);

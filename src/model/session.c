@@ -76,8 +76,15 @@ static k3_status read_x0(k3_session *s, const char *path) {
         st = nomem();
         goto done;
     }
-    if (fread(s->x0, 4, (size_t)sz / 4, f) != (size_t)sz / 4)
+    if (fread(s->x0, 4, (size_t)sz / 4, f) != (size_t)sz / 4) {
         st = k3_err(K3_ERR_IO, "K3_X0=%s: short read", path);
+        goto done;
+    }
+    /* a NaN or inf here would be reported as layer 0's hidden state: name the row instead */
+    size_t i = model_first_nonfinite(s->x0, ST_F32, (size_t)sz / 4);
+    if (i < (size_t)sz / 4)
+        st = k3_err(K3_ERR_NUMERIC, "K3_X0=%s: row %zu (position), column %zu is %s", path, i / (size_t)D,
+                    i % (size_t)D, isnan(s->x0[i]) ? "NaN" : "infinite");
 done:
     fclose(f);
     return st;
