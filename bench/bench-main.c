@@ -118,10 +118,22 @@ double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The help, every line within 80 columns: the benchmarks' names are filled into lines. */
 static void usage(FILE *f) {
-    fprintf(f, "usage: k3-bench [FILTER]\nbenchmarks:");
-    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
-        fprintf(f, " %s", registry[i].name);
+    fprintf(f, "usage: k3-bench [FILTER]\n"
+               "Runs every benchmark, or only the results whose name (or whose benchmark's\n"
+               "name) contains FILTER; one line per result: BENCH NAME VALUE UNIT ref VALUE\n"
+               "UNIT ratio R. Method and figures: BENCHMARKS.md; variables: k3chat(1).\n"
+               "benchmarks:");
+    int col = 11;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++) {
+        int w = (int)strlen(registry[i].name);
+        if (col + 1 + w > 80) {
+            fprintf(f, "\n           ");
+            col = 11;
+        }
+        col += fprintf(f, " %s", registry[i].name);
+    }
     fprintf(f, "\n");
 }
 

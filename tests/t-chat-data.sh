@@ -200,6 +200,20 @@ for a in "--prompt hi --serve 127.0.0.1:0" "--inspect --prompt hi" "--prompt hi 
     rc=$?
     t "16c: $a is a usage error (status $rc): $(head -c 90 "$K3_TMP/e16c")" '[ $rc -eq 2 ] && grep -q "are different modes" "$K3_TMP/e16c"'
 done
+# --plain is the chat's line mode: with another mode it was taken and ignored (--plain --serve served)
+for a in "--plain --prompt hi" "--ids 1 --plain" "--plain --serve 127.0.0.1:0" "--inspect --plain"; do
+    # shellcheck disable=SC2086
+    timeout 20 "$k" "$M" $a </dev/null >/dev/null 2>"$K3_TMP/e16c"
+    rc=$?
+    t "16c: $a is a usage error (status $rc): $(head -c 90 "$K3_TMP/e16c")" '[ $rc -eq 2 ] && grep -q -- "--plain is the chat.s line mode; it does not go with --" "$K3_TMP/e16c"'
+done
+# a wrong number of arguments names the ones expected (a bare k3chat said "expected 1 argument, got 0")
+"$k" </dev/null >/dev/null 2>"$K3_TMP/e16c"; rc=$?
+t "16c: k3chat alone is a usage error naming MODEL_DIR (status $rc): $(head -c 90 "$K3_TMP/e16c")" \
+    '[ $rc -eq 2 ] && grep -q "expected 1 argument (MODEL_DIR), got 0" "$K3_TMP/e16c"'
+"$k" --chat-ids "$M" </dev/null >/dev/null 2>"$K3_TMP/e16c"; rc=$?
+t "16c: --chat-ids with one argument names the two (status $rc): $(head -c 90 "$K3_TMP/e16c")" \
+    '[ $rc -eq 2 ] && grep -q "expected 2 arguments (MODEL_DIR TRANSCRIPT), got 1" "$K3_TMP/e16c"'
 "$k" "$M" --think off --max-tokens 2 --prompt one --prompt 'What is 1 + 1?' >/dev/null 2>"$K3_TMP/e16c"
 t "16c: the same mode option twice is not an error" '[ $? -eq 0 ]'
 

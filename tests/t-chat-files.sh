@@ -55,6 +55,13 @@ t "an export never replaces a transcript" 'grep -q "not a k3chat export" "$K3_TM
 say "forced\n/save --force $d/notes.txt\n/export --force $d/link.jsonl\n"
 t "--force replaces them" \
     'grep -q "\"forced\"" "$d/notes.txt" && [ ! -L "$d/link.jsonl" ] && grep -q forced "$d/link.jsonl"'
+# a directory: refused with or without --force, naming a file to give instead (the refusal
+# offered --force, whose rename then failed with "Is a directory")
+mkdir -p "$d/dir"
+say "hi\n/save $d/dir\n/save --force $d/dir/\n/export --force $d/dir\n"
+t "/save and /export of a directory, --force or not: refused, naming a file in it, the directory untouched" \
+    '[ "$(grep -c "$d/dir/* is a directory; nothing was written (name a file in it: /[a-z]* $d/dir/NAME\.[jm]" "$K3_TMP/err")" -eq 3 ] &&
+     ! grep -q "rename\|--force $d/dir" "$K3_TMP/err" && [ -d "$d/dir" ] && [ -z "$(ls -A "$d/dir")" ]'
 : >"$d/empty.jsonl"
 say "hi\n/save $d/empty.jsonl\n"
 t "an empty file is replaced (nothing is lost)" 'grep -q "\"hi\"" "$d/empty.jsonl"'

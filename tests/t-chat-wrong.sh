@@ -112,6 +112,13 @@ t "8: ... and /stats says the server's defaults are in force" \
 printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
 t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
     '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
+# --think-budget goes as thinking_budget (k3chat --serve's field; it was never sent), with thinking on
+: >"$K3_TMP/reqs"
+printf 'one\n' | "$k" --endpoint "$ep" --plain --think-budget 7 >/dev/null 2>&1
+printf 'two\n' | "$k" --endpoint "$ep" --plain --think-budget 7 --think off >/dev/null 2>&1
+t "8: --think-budget 7 goes as thinking_budget 7, not with --think off: $(cut -c1-200 "$K3_TMP/reqs")" \
+    '[ "$(wc -l <"$K3_TMP/reqs")" -eq 2 ] && [ "$(grep -c "\"thinking_budget\":7[,}]" "$K3_TMP/reqs")" -eq 1 ] &&
+     grep "\"one\"" "$K3_TMP/reqs" | grep -q thinking_budget'
 
 # a loaded transcript's text parts go to the endpoint as the same parts (each is tokenized on its
 # own), not joined into one string

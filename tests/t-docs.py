@@ -94,6 +94,34 @@ if p.returncode == 0:
 shutil.rmtree(full, ignore_errors=True)
 ok(m is not None and got == want, "k3chat(1) MEMORY FIT: the example refusal of the release at K3_MEM_GB=24 is "
    "what k3chat prints (%r)" % (got if got != want else "")[:400])
+# every variable k3chat's sources read besides the settings table's K3_* rows (getenv, xdg_dir)
+# has its entry in k3chat(1) ENVIRONMENT (XDG_CACHE_HOME, TERM, VTE_VERSION, TERM_PROGRAM and
+# TMPDIR were read and not listed there)
+man_env = man1[man1.find("\n.SH ENVIRONMENT"):]
+man_env = man_env[:man_env.find("\n.SH ", 1)].replace("\\-", "-")
+read = set()
+for f in files:
+    if f.startswith(("src/", "ui/", "tools/")) and f.endswith((".c", ".h")):
+        text = open(os.path.join(SRC, f), encoding="utf-8", errors="replace").read()
+        read |= set(re.findall(r'(?:getenv|xdg_dir)\("([A-Z][A-Z0-9_]*)"', text))
+unlisted = sorted(v for v in read if not re.search(r"\b%s\b" % v, man_env))
+ok(len(read) >= 8 and not unlisted, "k3chat(1) ENVIRONMENT lists every variable the sources read by name "
+   "(%d: %s; not listed: %r)" % (len(read), " ".join(sorted(read)), unlisted))
+# every program's --help: on standard output, status 0, and every line fits an 80-column terminal
+# (k3chat's printed the settings table's docs on one line each, up to 129 columns; k3-mkmodel,
+# k3-repack, k3-ab and k3-bench's were 92 to 125 wide); each lists its own option -h, --help
+wide, nohelp = [], []
+for prog in ("k3chat", "k3-mkmodel", "k3-repack", "k3-ab", "k3-bench"):
+    p = subprocess.run([os.path.join(B, prog), "--help"], capture_output=True, timeout=60)
+    out = p.stdout.decode("utf-8", errors="replace")
+    lines = out.splitlines()
+    if p.returncode != 0 or len(lines) < 2 or p.stderr:
+        nohelp.append((prog, p.returncode, p.stderr[:100]))
+    wide += [(prog, len(line), line) for line in lines if len(line.expandtabs()) > 80]
+    if prog != "k3-bench" and "--help" not in out:  # k3-bench takes -h/--help as its one option
+        nohelp.append((prog, "no --help line"))
+ok(not wide and not nohelp, "the --help of k3chat, k3-mkmodel, k3-repack, k3-ab and k3-bench: status 0, on "
+   "standard output, lines of at most 80 columns (%d too wide, first %r; %r)" % (len(wide), wide[:1], nohelp))
 # the man pages render without a groff warning (-ww) at every width a terminal may give man,
 # not only the default 80 columns: a long token with no break point leaves a line troff cannot
 # adjust at some widths (79 columns once), and -Tascii (man in a C locale) lacks the chat's glyphs

@@ -17,6 +17,14 @@ echo "$out" | grep -Eq '^[0-9]+( [0-9]+){0,5}$'; ok $? "greedy --ids prints up t
 n=$(echo "$out" | wc -w)
 [ "$rc" = 0 ] && [ "$(echo "$out" | wc -l)" = 1 ]; ok $? "exit 0 and exactly one line of output ($n ids)"
 
+# --max-tokens 0 is no limit with --ids too (k3chat(1)): greedy ids up to the full context, the
+# 6 above first; it used to print an empty line
+out0=$(K3_MAXT=40 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 0 --temp 0 2>"$T/err"); rc=$?
+n0=$(echo "$out0" | wc -w)
+[ "$rc" = 0 ] && [ -n "$out" ] && case "$out0" in "$out"*) true ;; *) false ;; esac &&
+    [ "$n0" = 7 ] && grep -q "the context (K3_MAXT=40) is full" "$T/err"
+ok $? "--ids --max-tokens 0 at K3_MAXT=40: 34 prompt ids, then greedy ids to the full context ($n0: '$out0', rc $rc, $(grep -v "memory fit\|load" "$T/err" | head -c 100))"
+
 out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"
@@ -55,14 +63,18 @@ K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
 
 # the kernel knobs: a value that is not an integer in range fails the open (--prompt and --ids),
-# naming the variable, the value and the range; before, K3_MV_AHEAD=abc quietly meant 0
+# naming the variable, the value and the range; before, K3_MV_AHEAD=abc quietly meant 0. So do
+# the Vulkan tier's, with K3_VK unset and in a build without the tier (K3_VK_DEVICE=99 used to
+# be taken without a word there). Each is said before the model loads (minutes for the release).
 for kv in "K3_MV_AHEAD=abc:an integer in 0..64" "K3_PREFETCH=-1:an integer in 0..1048576" \
     "K3_KBLOCK=16k:an integer in 0..1048576" "K3_ROWSPLIT=2:0 or 1" "K3_IDOT=yes:0 or 1" "K3_NOVNNI=z:0 or 1" \
-    "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1" "K3_HUGEPAGES=2:0 or 1"; do
+    "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1" "K3_HUGEPAGES=2:0 or 1" \
+    "K3_VK_DEVICE=99:an integer in 0..15" "K3_VK_UP=x:an integer in 0..1000000"; do
     var=${kv%%=*} val=${kv#*=} val=${val%%:*} range=${kv#*:}
     env "$var=$val" "$B/k3chat" "$T/m" --prompt hi --max-tokens 2 >"$T/out" 2>"$T/err"; rc=$?
-    [ "$rc" = 1 ] && grep -qF "$var: '$val' is not $range" "$T/err" && [ ! -s "$T/out" ]
-    ok $? "$var=$val with --prompt: exit $rc, '$(head -c 100 "$T/err")'"
+    [ "$rc" = 1 ] && grep -qF "$var: '$val' is not $range" "$T/err" && [ ! -s "$T/out" ] &&
+        ! grep -q "k3chat: load" "$T/err"
+    ok $? "$var=$val with --prompt: exit $rc before the model loads, '$(head -c 100 "$T/err")'"
 done
 K3_MV_AHEAD=65 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD: '65' is not an integer in 0..64" "$T/err"
@@ -83,6 +95,9 @@ K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1 2 3 4" --max-tokens 1 >/dev/null 2>"$T
 head -c 10 /dev/zero >"$T/x0"
 K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 of 10 bytes: clear error ($(head -c 100 "$T/err"))"
+K3_X0="$T" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -qF "K3_X0=$T: is a directory" "$T/err"
+ok $? "K3_X0 naming a directory: says so (it was read as 9223372036854775807 bytes) ($(tail -n 1 "$T/err" | head -c 100))"
 K3_LAYERS=99 "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_LAYERS" "$T/err"; ok $? "K3_LAYERS beyond the model: clear error ($(head -c 100 "$T/err"))"
 
@@ -101,6 +116,17 @@ mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/
 "$B/k3chat" "$T/m" --ids "5 x 7" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "token 2: 'x' is not an id" "$T/err" && ! grep -q "loaded\|memory fit" "$T/err"
 ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))"
+# K3_DIRS: a shard missing from the model directory is taken from the first of its directories
+# that holds it; when none does, the error says K3_DIRS was searched too (it named one path)
+mkdir -p "$T/split" "$T/alt"
+cp "$T/m"/* "$T/split/"
+sh3=$(ls "$T/split" | grep -m1 'model-00003-of')
+mv "$T/split/$sh3" "$T/alt/"
+outd=$(K3_DIRS="$T/none:$T/alt" "$B/k3chat" "$T/split" --ids "$ids" --max-tokens 6 --temp 0 2>"$T/err")
+[ -n "$outd" ] && [ "$outd" = "$out" ]; ok $? "K3_DIRS=NONE:ALT: the shard moved to ALT is found, the same greedy ids ($(tail -n 1 "$T/err" | head -c 100))"
+K3_DIRS="$T/none" "$B/k3chat" "$T/split" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -qF "$sh3: not in $T/split nor in any directory of K3_DIRS=$T/none" "$T/err"
+ok $? "a shard in no directory of K3_DIRS: the error names the model directory and K3_DIRS ($(tail -n 1 "$T/err" | head -c 160))"
 # the server's prompt-cache settings: a malformed value stops the start, naming the variable
 for kv in K3_CONV_SNAPSHOTS=many K3_CONV_SNAPSHOTS=65 K3_CONV_SNAPSHOT_MB=lots K3_CONV_SNAPSHOT_MB=-1; do
     env "$kv" timeout 60 "$B/k3chat" "$T/m" --serve 127.0.0.1:0 >/dev/null 2>"$T/err"; rc=$?

@@ -62,8 +62,18 @@ err=$("$K3" --tokenize "$V" "$K3_TMP" 2>&1); rc=$?
     echo "FAIL: --tokenize DIR: rc $rc, '$err' (want the reason, not a bare 'read error')"
 # a flag that changes nothing in the mode is a usage error (it was taken without a word): the
 # tokenizer's tools take --pattern only, --chat-ids --pattern, --think and --effort, --inspect
-# none, and --pattern goes with the first three only
+# none, and --pattern goes with the first three only; so in the other modes: --prompt and --ids
+# take no server flag, --ids none of the chat format's, --serve no sampling (a request brings
+# its own), --replay no --system, the chat no server flag and --endpoint no --serve flag (all of
+# these were taken and ignored; --serve P --temp 0 served at the requests' temperatures)
 for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --tokenize" \
+    "$V --prompt hi --parallel 8:--parallel has no effect with --prompt" \
+    "$V --ids 1 --system s:--system has no effect with --ids" \
+    "$V --serve 0 --temp 0:--temp has no effect with --serve (a request gives it as 'temperature')" \
+    "$V --replay $K3_TMP/none.jsonl --system s:--system has no effect with --replay" \
+    "$V --serve 0 --api-key k --allow-host h:--allow-host has no effect with --api-key" \
+    "$V --plain --model m:--model has no effect with the chat on MODEL_DIR" \
+    "--endpoint localhost --plain --parallel 2:--parallel has no effect with --endpoint" \
     "--detokenize $V $K3_TMP/commas.txt --max-tokens 3:--max-tokens has no effect with --detokenize" \
     "--tokenize $V $K3_TMP/in.txt --think off:--think has no effect with --tokenize" \
     "$V --prompt hi --pattern o200k:--pattern goes with --tokenize, --detokenize and --chat-ids only" \
@@ -71,8 +81,16 @@ for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --to
     "--inspect $V --temp 1:--temp has no effect with --inspect" \
     "--chat-ids $V $K3_TMP/in.txt --max-tokens 3:--max-tokens has no effect with --chat-ids"; do
     # shellcheck disable=SC2086
-    err=$("$K3" ${a%%:*} 2>&1 >/dev/null); rc=$?
+    err=$(timeout 60 "$K3" ${a%%:*} 2>&1 >/dev/null </dev/null); rc=$?
     [ $rc -eq 2 ] && echo "$err" | grep -qF -- "${a#*:}" && echo "PASS: k3chat ${a%%:*}: usage error ($err)" ||
         echo "FAIL: k3chat ${a%%:*}: rc $rc, '$err' (want 2 and '${a#*:}')"
 done
+# an empty --model or --endpoint's --api-key: a usage error (--serve listed a model called '',
+# --endpoint sent "Authorization: Bearer ")
+err=$(timeout 60 "$K3" "$V" --serve 0 --model "" 2>&1 >/dev/null </dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--model: the name is empty" && echo "PASS: --serve --model '': usage error ($err)" ||
+    echo "FAIL: --serve --model '': rc $rc, '$err'"
+err=$(timeout 60 "$K3" --endpoint localhost --plain --api-key "" 2>&1 >/dev/null </dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--api-key: the key is empty" && echo "PASS: --endpoint --api-key '': usage error ($err)" ||
+    echo "FAIL: --endpoint --api-key '': rc $rc, '$err'"
 exit 0

@@ -49,7 +49,13 @@ t "/quit stops reading input" '[ ! -s "$K3_TMP/out3" ]'
 printf 'hi\n' | K3_MOCK="$K3_TMP/missing" "$k" /no/model >/dev/null 2>"$K3_TMP/err4"
 rc=$?
 t "an engine that cannot start exits 1 (got $rc)" '[ $rc -eq 1 ]'
-t "and says why" 'grep -q "missing: cannot open" "$K3_TMP/err4"'
+t "and says why" 'grep -q "missing: cannot open: No such file or directory" "$K3_TMP/err4"'
+# a directory as the script: refused with the reason (it read as an empty script, status 0)
+mkdir -p "$K3_TMP/mockdir"
+printf 'hi\n' | K3_MOCK="$K3_TMP/mockdir" "$k" /no/model >/dev/null 2>"$K3_TMP/err4d"
+rc=$?
+t "K3_MOCK naming a directory: exit 1 saying so (got $rc)" \
+    '[ $rc -eq 1 ] && grep -q "K3_MOCK: $K3_TMP/mockdir: cannot read: Is a directory" "$K3_TMP/err4d"'
 printf 'delay 2x\nresponse hi\n' >"$K3_TMP/badmock"
 printf 'hi\n' | K3_MOCK="$K3_TMP/badmock" "$k" /no/model >/dev/null 2>"$K3_TMP/err4b"
 rc=$?

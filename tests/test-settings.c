@@ -432,10 +432,30 @@ static void check_docs(void) {
         if (!r->flag)
             continue;
         snprintf(line, sizeof line, "\n  --%s %s", r->flag, k3_setting_arg(i, K3_SRC_FLAG));
-        const char *at  = strstr(usage, line); /* a line of the options list */
-        const char *eol = at ? strchr(at + 1, '\n') : NULL;
-        T_CHECK(at && eol && memmem(at, (size_t)(eol - at), r->doc, strlen(r->doc)), "--help: '%s' with '%s'",
-                line + 3, r->doc);
+        const char *at = strstr(usage, line); /* an entry of the options list */
+        /* the entry: its line and the lines after it indented past the option column (the help
+         * fills the doc to 80 columns), white space runs as one space */
+        char   entry[1024], doc[512];
+        size_t k = 0;
+        for (const char *p = at ? at + 1 : ""; *p && k < sizeof entry - 1; p++) {
+            if (*p == '\n' && strncmp(p + 1, "                         ", 25))
+                break;
+            if ((*p == ' ' || *p == '\n') && k && entry[k - 1] == ' ')
+                continue;
+            entry[k++] = *p == '\n' ? ' ' : *p;
+        }
+        entry[k] = 0;
+        k        = 0;
+        for (const char *p = r->doc; *p && k < sizeof doc - 1; p++)
+            if (!(*p == ' ' && k && doc[k - 1] == ' '))
+                doc[k++] = *p;
+        doc[k] = 0;
+        T_CHECK(at && strstr(entry, doc), "--help: '%s' with '%s'", line + 3, r->doc);
+        /* the sampling defaults are the model's generation_config.json (k3-nano's temperature
+         * is 0); the help said "default 1" */
+        if (i == K3_SETTING_TEMP || i == K3_SETTING_TOP_P)
+            T_CHECK(strstr(entry, "default: generation_config.json, else 1)") != NULL,
+                    "--help: --%s's default is the model's generation_config.json ('%s')", r->flag, entry);
     }
     static const char *modes[] = {"--prompt",   "--ids",     "--inspect", "--tokenize", "--detokenize",
                                   "--chat-ids", "--replay",  "--serve",   "--endpoint", "--plain",

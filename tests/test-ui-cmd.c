@@ -125,6 +125,16 @@ int main(void) {
     name[63] = 0;
     T_CHECK(thm_load(name, t, err, sizeof err) != 0 && !strstr(err, "at most"),
             "a 63-byte name is looked up whole (%s)", err);
+    /* a K3_THEME_DIR that is no directory is named where the theme is not found (it left no trace) */
+    char missing[700], e2[2048];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    setenv("K3_THEME_DIR", missing, 1);
+    T_CHECK(thm_load("nosuch", t, e2, sizeof e2) != 0 && strstr(e2, "no theme 'nosuch'") &&
+                strstr(e2, "; K3_THEME_DIR=") && strstr(e2, "/none: No such file or directory)"),
+            "K3_THEME_DIR naming no directory: said with the unknown theme (%s)", e2);
+    setenv("K3_THEME_DIR", tpath, 1);
+    T_CHECK(thm_load("nosuch", t, e2, sizeof e2) != 0 && strstr(e2, ".theme: not a directory)"),
+            "K3_THEME_DIR naming a file: said with the unknown theme (%s)", e2);
     unsetenv("K3_THEME_DIR");
     thm_defaults(t);
     T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err,

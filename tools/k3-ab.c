@@ -37,10 +37,22 @@
 #define MAX_VARS 32
 
 static void usage(FILE *f) {
-    fprintf(
-        f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N] [--seed S] [--max N]\n"
-           "             MODEL_DIR 'A settings' 'B settings'\n"
-           "  settings: space-separated K3_*=VALUE assignments for that run ('' = defaults)\n");
+    fprintf(f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N]\n"
+               "             [--seed S] [--max N] MODEL_DIR 'A settings' 'B settings'\n"
+               "Compares the logits of MODEL_DIR under settings B with those under A, position\n"
+               "by position over one token sequence: top-1 agreement, KL(A||B) mean and max,\n"
+               "max |logit difference|, relative L2; last line: AB top1 T kl_mean K ... n N.\n"
+               "  settings         space-separated K3_*=VALUE assignments for that run, on top\n"
+               "                   of the environment ('' = as it is), e.g. 'K3_BITS=4'\n"
+               "  --text FILE      the tokens of FILE's UTF-8 text (the model's tokenizer)\n"
+               "  --ids 'ID ...'   these token ids (white space between them)\n"
+               "  --ids-file FILE  the token ids in FILE\n"
+               "  --random N       N ids drawn uniformly from the vocabulary (1..16777216;\n"
+               "                   the default: --random 64)\n"
+               "  --seed S         seed of --random (default 1)\n"
+               "  --max N          keep the first N tokens (default 0: all)\n"
+               "  -h, --help       this text\n"
+               "Exit status: 0 both runs worked, 1 a model or engine error, 2 a usage error.\n");
 }
 
 /* ---- settings --------------------------------------------------------------------------- */
@@ -254,7 +266,9 @@ int main(int argc, char **argv) {
         } else if (tool_u64("k3-ab", "seed", v, &seed)) /* --seed, the one left */
             return 2;
     }
-    if (argc - ai != 3) {
+    if (argc - ai != 3) { /* said, not only the usage: '' for defaults is easy to leave out */
+        fprintf(stderr, "k3-ab: expected MODEL_DIR 'A settings' 'B settings' (3 arguments), got %d\n",
+                argc - ai);
         usage(stderr);
         return 2;
     }

@@ -1209,21 +1209,24 @@ static k3_status unpublish(const ctx *c) {
 /* ==== command line ============================================================================ */
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: k3-repack SRC DST --bits 4|8 [--mla-bits N] [--head-bits N] [--shards LIST]\n"
-            "                 [--verify-full] [--jobs N] [--quiet]\n"
-            "Writes a pre-quantized k3 container of the release checkpoint SRC into DST: the matrices\n"
-            "k3chat quantizes at load (K3_BITS classes) stored quantized (bit-identical), routed experts\n"
-            "copied byte for byte in id order, vision tensors dropped. Interrupted runs resume per shard.\n"
-            "  --bits N        4 or 8: KDA, dense, shared-expert and latent matrices (K3_BITS)\n"
-            "  --mla-bits N    4, 8 or 32 (F32): MLA matrices (K3_MLA_BITS; default --bits)\n"
-            "  --head-bits N   4, 8 or 32 (F32): lm_head (K3_HEAD_BITS; default --bits)\n"
-            "  --shards LIST   only these source shards (1-based, e.g. 1-3,7); the index is rebuilt\n"
-            "                  from every completed shard in DST\n"
-            "  --verify-full   re-read every expert byte written (or already there) and compare it\n"
-            "                  with the source\n"
-            "  --jobs N        quantization threads, 0..4096 as K3_THREADS (default 0: OpenMP's)\n"
-            "  --quiet         no progress output\n");
+    fprintf(f, "usage: k3-repack SRC DST --bits 4|8 [--mla-bits N] [--head-bits N]\n"
+               "                 [--shards LIST] [--verify-full] [--jobs N] [--quiet]\n"
+               "Writes a pre-quantized k3 container of the release checkpoint SRC into DST:\n"
+               "the matrices k3chat quantizes at load (K3_BITS classes) stored quantized\n"
+               "(bit-identical), routed experts copied byte for byte in id order, vision\n"
+               "tensors dropped. Interrupted runs resume per shard.\n"
+               "  --bits N        4 or 8: KDA, dense, shared-expert and latent matrices\n"
+               "                  (K3_BITS)\n"
+               "  --mla-bits N    4, 8 or 32 (F32): MLA matrices (K3_MLA_BITS; default --bits)\n"
+               "  --head-bits N   4, 8 or 32 (F32): lm_head (K3_HEAD_BITS; default --bits)\n"
+               "  --shards LIST   only these source shards (1-based, e.g. 1-3,7); the index is\n"
+               "                  rebuilt from every completed shard in DST\n"
+               "  --verify-full   re-read every expert byte written (or already there) and\n"
+               "                  compare it with the source\n"
+               "  --jobs N        quantization threads, 0..4096 as K3_THREADS (default 0:\n"
+               "                  OpenMP's)\n"
+               "  --quiet         no progress output\n"
+               "  -h, --help      this text\n");
 }
 
 /* Option opt's value v, read by the settings row id (k3-settings.h: the one range, as the engine

@@ -333,9 +333,13 @@ static k3_status shard_check(st_dir *d, int si) {
     st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st;
-    if ((st = k3_open_regular(sh->path, file, &sh->fd, &sh->size, NULL)))
-        return st;
     struct stat sb;
+    if ((st = k3_open_regular(sh->path, file, &sh->fd, &sh->size, NULL))) {
+        const char *dirs = k3_setting_env_str(K3_SETTING_DIRS); /* searched too: say so (it named one path) */
+        if (dirs && stat(sh->path, &sb) != 0 && errno == ENOENT)
+            return k3_err(K3_ERR_IO, "%s: not in %s nor in any directory of K3_DIRS=%s", file, d->path, dirs);
+        return st;
+    }
     sh->sparse = fstat(sh->fd, &sb) == 0 && (uint64_t)sb.st_blocks * 512 < sh->size;
     if (sh->size < 8)
         return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,

@@ -111,6 +111,9 @@ k3_status k3_init(void) {
     if ((st = k3_setting_env(K3_SETTING_CONV_SNAPSHOTS, &d)) ||
         (st = k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &d)))
         return st;
+    int vk_on, vk_up; /* the Vulkan tier's, read at the end of a load (minutes): checked here */
+    if ((st = vkt_env(&vk_on, &d, &vk_up)))
+        return st;
     fit_machine mc; /* K3_MEM_GB is checked here, before any file is opened */
     return fit_machine_get(&mc);
 }

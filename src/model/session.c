@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
@@ -52,8 +53,14 @@ static k3_status read_x0(k3_session *s, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return k3_err(K3_ERR_IO, "K3_X0=%s: %s", path, strerror(errno));
-    k3_status st = K3_OK;
-    long      sz = -1;
+    k3_status   st = K3_OK;
+    long        sz = -1;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) { /* a directory read as 2^63-1 bytes */
+        st = k3_err(K3_ERR_IO, "K3_X0=%s: %s", path,
+                    S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+        goto done;
+    }
     if (fseek(f, 0, SEEK_END) == 0)
         sz = ftell(f);
     rewind(f);

@@ -26,18 +26,16 @@ struct vkt {
 };
 
 k3_status vkt_open(const vkt_src *src, vkt **out) {
-    *out         = NULL;
-    int       on = -1; /* K3_VK: 0 off, 1 on, -1 (unset) on with a GPU */
-    double    gb = k3_setting(K3_SETTING_VK_GB)->def;
-    int       up = (int)k3_setting(K3_SETTING_VK_UP)->def;
-    k3_status st;
-    if ((st = k3_setting_env_int(K3_SETTING_VK, &on)) || on == 0)
-        return st;
-    if ((st = k3_setting_env(K3_SETTING_VK_GB, &gb)) || (st = k3_setting_env_int(K3_SETTING_VK_UP, &up)))
+    *out = NULL;
+    int       on, up; /* K3_VK: 0 off, 1 on, -1 (unset) on with a GPU */
+    double    gb;
+    k3_status st = vkt_env(&on, &gb, &up);
+    if (st || on == 0)
         return st;
     vk_ctx *c;
     if (vk_ctx_new((uint64_t)(gb * 1e9), &c) != K3_OK) {
-        if (on == 1) /* asked for explicitly: say why it is off */
+        /* asked for explicitly (K3_VK=1, or a device named that is not there): say why it is off */
+        if (on == 1 || k3_setting_env_str(K3_SETTING_VK_DEVICE))
             K3_LOG_WARN("Vulkan tier off: %s; computing on the CPU", k3_errmsg());
         return K3_OK;
     }

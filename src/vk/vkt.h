@@ -36,8 +36,26 @@ typedef struct vkt_stats {
     int      experts;      /* routed experts resident              */
 } vkt_stats;
 
+/* The tier's variables, read and checked by their rows in every build (a malformed K3_VK_DEVICE
+ * used to turn the tier off with a warning, or nothing at all when K3_VK was unset, where a
+ * malformed K3_VK_GB is an error): K3_VK into *on (-1 unset), K3_VK_GB, K3_VK_UP, and
+ * K3_VK_DEVICE (checked here, read where the device is picked). */
+static inline k3_status vkt_env(int *on, double *gb, int *up) {
+    int       dev = -1;
+    k3_status st;
+    *on = -1;
+    *gb = k3_setting(K3_SETTING_VK_GB)->def;
+    *up = (int)k3_setting(K3_SETTING_VK_UP)->def;
+    if ((st = k3_setting_env_int(K3_SETTING_VK, on)) || (st = k3_setting_env(K3_SETTING_VK_GB, gb)) ||
+        (st = k3_setting_env_int(K3_SETTING_VK_UP, up)) ||
+        (st = k3_setting_env_int(K3_SETTING_VK_DEVICE, &dev)))
+        return st;
+    return K3_OK;
+}
+
 #if K3_VK
-/* NULL in *out (and K3_OK) when the tier is off or no device is usable (one notice). */
+/* NULL in *out (and K3_OK) when the tier is off or no device is usable (one notice). A malformed
+ * variable of the tier is an error (vkt_env). */
 k3_status vkt_open(const vkt_src *src, vkt **out);
 void      vkt_close(vkt *t);
 /* Shared experts of MoE layer l for one token: out (D) = shared(x). 0 when not resident. */
@@ -52,10 +70,17 @@ k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, flo
 void vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2);
 void vkt_get_stats(const vkt *t, vkt_stats *out);
 #else
+/* The variables checked as with the tier; K3_VK=1 asks for what this build lacks: said, once. */
 static inline k3_status vkt_open(const vkt_src *src, vkt **out) {
+    int       on, up;
+    double    gb;
+    k3_status st = vkt_env(&on, &gb, &up);
     (void)src;
     *out = NULL;
-    return K3_OK;
+    if (!st && on == 1)
+        K3_LOG_WARN(
+            "K3_VK=1: this k3chat was built without the Vulkan tier (make VK=1); computing on the CPU");
+    return st;
 }
 static inline void vkt_close(vkt *t) {
     (void)t;

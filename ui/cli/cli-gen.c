@@ -1,10 +1,10 @@
 /* cli-gen.c: one-shot generation, `k3chat MODEL_DIR --ids "1 2 3" | --prompt TEXT`.
  *
- * --ids feeds raw token ids, generates up to --max-tokens (default 256) and prints the
- * generated ids on one line, decimal, separated by single spaces, then a newline. Generation
- * stops before eos_token_id (which is not printed; the last generated token is not fed, so
- * K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests rely on
- * exactly this output.
+ * --ids feeds raw token ids, generates up to --max-tokens (default 256; 0: until eos or a full
+ * context) and prints the generated ids on one line, decimal, separated by single spaces, then a
+ * newline. Generation stops before eos_token_id (which is not printed; the last generated token
+ * is not fed, so K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests
+ * rely on exactly this output.
  * --prompt encodes [--system] + the user message with the chat encoder (--think, --effort),
  * generates, and runs the output parser: the response channel streams to stdout, the think
  * channel to stderr. It stops at <|end_of_msg|>, eos, --max-tokens or the context capacity.
@@ -20,6 +20,7 @@
 #include "k3.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,24 @@ static int load_grammar(const ui_opts *o, const k3_buf *schema, const k3_tok *to
         return -1;
     }
     return 0;
+}
+
+/* The schema compiled once before the model loads (minutes for the release), on the directory's
+ * tokenizer alone, so that a schema the grammar refuses is said at once, as a missing file is;
+ * the grammar the answer runs under is compiled again on the model's vocabulary (its width and
+ * eos). A tokenizer that does not load is left to the model's load, which names it. 0, or -1
+ * with the reason said. */
+static int check_schema(const ui_opts *o, const k3_buf *schema) {
+    k3_tok     *tok = NULL;
+    k3_gvocab  *voc = NULL;
+    k3_grammar *g   = NULL;
+    if (!o->json_schema || k3_tok_load(o->dir, NULL, &tok) != K3_OK)
+        return 0;
+    int rc = load_grammar(o, schema, tok, k3_tok_n_vocab(tok), -1, &voc, &g);
+    k3_grammar_free(g);
+    k3_gvocab_free(voc);
+    k3_tok_free(tok);
+    return rc;
 }
 
 static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k3_session *s,
@@ -229,18 +248,27 @@ static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sa
         free(ids);
         return 1;
     }
-    int       max_tokens = o->max_tokens >= 0 ? o->max_tokens : 256;
+    /* unset: 256; 0: no limit, as everywhere (it used to generate nothing), up to a full context */
+    int       max_tokens = o->max_tokens > 0 ? o->max_tokens : o->max_tokens == 0 ? INT_MAX : 256;
     k3_status st         = k3_session_feed(s, ids, n);
+    int       full       = 0;
     for (int i = 0; !st && i < max_tokens; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
         if (t == info.eos_id)
             break;
         printf(i ? " %d" : "%d", (int)t);
         fflush(stdout);
+        if (i + 1 < max_tokens && k3_session_pos(s) >= info.max_ctx) {
+            full = 1;
+            break;
+        }
         if (i + 1 < max_tokens)
             st = k3_session_feed(s, &t, 1);
     }
     printf("\n");
+    fflush(stdout);
+    if (full) /* as --prompt says it */
+        fprintf(stderr, "k3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
     if (st)
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
@@ -271,6 +299,10 @@ int cli_oneshot(const ui_opts *o) {
     k3_buf schema;
     if (read_schema(o, &schema))
         return 1;
+    if (check_schema(o, &schema)) {
+        free(schema.p);
+        return 1;
+    }
     if ((st = k3_params_default(&par))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         free(schema.p);

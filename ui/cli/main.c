@@ -25,13 +25,16 @@
 #include <unistd.h>
 
 /* " (0..2, default 1; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
- * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
+ * at least 192 holds every part whole (64 + 64 + 48 and the separators). The sampling defaults
+ * are the model's generation_config.json, the table's only without one. */
 static const char *settings_note(int id, char *buf, size_t n) {
     const k3_setting_row *r         = k3_setting(id);
-    char                  range[64] = "", def[48] = "", env[48] = "";
+    char                  range[64] = "", def[64] = "", env[48] = "";
     if (r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices))
         snprintf(range, sizeof range, "%.15g..%.15g", r->lo, r->hi);
-    if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
+    if (id == K3_SETTING_TEMP || id == K3_SETTING_TOP_P) /* "default 1" was wrong for k3-nano (0) */
+        snprintf(def, sizeof def, "default: generation_config.json, else %g", r->def);
+    else if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
         snprintf(def, sizeof def, "default %s", r->def ? "on" : "off");
     else if (!isnan(r->def) && r->type == K3_TYPE_ENUM)
         snprintf(def, sizeof def, "default %s", k3_setting_choice(id, (int)r->def));
@@ -46,35 +49,79 @@ static const char *settings_note(int id, char *buf, size_t n) {
     return buf;
 }
 
+/* One entry of the help: "  OPT" padded to column 25, then doc filled to 80 columns, its further
+ * lines indented to column 25 (an OPT too long for its column puts doc on the next line). Every
+ * line of --help fits an 80-column terminal (the table's docs are up to 100 characters, and the
+ * help used to print them on one line, up to 129 columns: tests/t-docs.py checks the width). */
+static void help_item(FILE *f, const char *opt, const char *doc) {
+    enum { INDENT = 25, WIDTH = 80 };
+    int col = fprintf(f, "  %s", opt);
+    if (col > INDENT - 1) {
+        fputc('\n', f);
+        col = 0;
+    }
+    fprintf(f, "%*s", INDENT - col, "");
+    col = INDENT;
+    for (const char *p = doc; *p;) {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (!w)
+            break;
+        if (col > INDENT && col + 1 + (int)w > WIDTH) {
+            fprintf(f, "\n%*s", INDENT, "");
+            col = INDENT;
+        } else if (col > INDENT) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: k3chat [OPTIONS] MODEL_DIR          full-screen chat (line mode if not a terminal)\n"
-        "       k3chat MODEL_DIR --prompt TEXT       one-shot answer (response to stdout, reasoning to "
-        "stderr)\n"
-        "       k3chat MODEL_DIR --ids \"1 2 3\"       one-shot from raw token ids\n"
-        "       k3chat --inspect MODEL_DIR          describe a checkpoint, or its first error\n"
-        "       k3chat --tokenize VOCAB_DIR FILE    print the token ids of FILE\n"
-        "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
-        "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
-        "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
-        "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
-        "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
-        "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
-        "\n"
-        "options (the settings table, k3-settings.h):\n");
+    fprintf(f, "usage: k3chat [OPTIONS] MODEL_DIR\n"
+               "       k3chat MODEL_DIR --prompt TEXT | --ids \"1 2 3\"\n"
+               "       k3chat --inspect [--measure] MODEL_DIR\n"
+               "       k3chat --tokenize | --detokenize VOCAB_DIR FILE\n"
+               "       k3chat --chat-ids MODEL_DIR TRANSCRIPT\n"
+               "       k3chat MODEL_DIR --replay FILE\n"
+               "       k3chat MODEL_DIR --serve [ADDR:]PORT\n"
+               "       k3chat --endpoint URL [OPTIONS]\n"
+               "\nmodes (one at most; without one: the chat, line mode when not on a terminal):\n");
+    static const char *const modes[][2] = {
+        {"--plain", "the chat as a line-mode REPL, also on a terminal"},
+        {"--prompt TEXT", "one-shot answer (response to stdout, reasoning to stderr)"},
+        {"--ids \"1 2 3\"", "one-shot from raw token ids; prints the generated ids (up to 256 "
+                            "without --max-tokens)"},
+        {"--inspect", "describe a checkpoint, or name its first error"},
+        {"--tokenize", "print the token ids of FILE"},
+        {"--detokenize", "write the bytes of the ids in FILE"},
+        {"--chat-ids", "the ids the chat encoder makes for a transcript"},
+        {"--replay FILE", "re-run a transcript's user turns and compare the answers"},
+        {"--serve [ADDR:]PORT", "OpenAI-compatible HTTP server (127.0.0.1 by default)"},
+        {"--endpoint URL", "the chat (full-screen or --plain) with a remote OpenAI-compatible server instead "
+                           "of MODEL_DIR"}};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        help_item(f, modes[i][0], modes[i][1]);
+    fprintf(f, "\noptions (the settings table, k3-settings.h):\n");
     for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 1)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
-            char opt[64], note[176];
+            char opt[64], note[192], doc[512];
             snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
-            fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
+            snprintf(doc, sizeof doc, "%s%s", r->doc, settings_note(id, note, sizeof note));
+            help_item(f, opt, doc);
         }
     }
-    fprintf(f, "  --json                 --prompt's answer is one JSON object\n"
-               "  --measure              with --inspect: measure this machine's speed figures again\n"
-               "  -h, --help             this help;  -V, --version  the version\n"
-               "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+    help_item(f, "--json", "--prompt's answer is one JSON object");
+    help_item(f, "--measure", "with --inspect: measure this machine's speed figures again");
+    help_item(f, "-h, --help", "this help");
+    help_item(f, "-V, --version", "the version");
+    fprintf(f, "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
@@ -417,7 +464,15 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
 
 /* The options that do not go together, the number of arguments for the mode (o->dir, o->file
  * taken from them) and a --load transcript checked: 0, or 2 (a usage error, reported). */
-static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
+static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int plain) {
+    static const char *const mode_opt[] = {
+        [CLI_INSPECT] = "--inspect",   [CLI_TOKENIZE] = "--tokenize", [CLI_DETOKENIZE] = "--detokenize",
+        [CLI_CHAT_IDS] = "--chat-ids", [CLI_REPLAY] = "--replay",     [CLI_SERVE] = "--serve"};
+    if (plain && mode != CLI_CHAT) { /* it was taken and ignored: --plain --serve P served */
+        fprintf(stderr, "k3chat: --plain is the chat's line mode; it does not go with %s\n",
+                mode == CLI_ONESHOT ? (o->ids ? "--ids" : "--prompt") : mode_opt[mode]);
+        return 2;
+    }
     if (o->measure && mode != CLI_INSPECT) {
         fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
         return 2;
@@ -444,9 +499,13 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
                                           ? 2
                                       : o->endpoint ? 0
                                                     : 1;
-    if (nargs != want) {
-        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
-                nargs);
+    if (nargs != want) { /* which arguments: a bare 'k3chat' said only "expected 1 argument, got 0" */
+        const char *what = mode == CLI_CHAT_IDS ? "MODEL_DIR TRANSCRIPT"
+                           : want == 2          ? "VOCAB_DIR FILE"
+                           : want == 1          ? "MODEL_DIR"
+                                                : "no MODEL_DIR with --endpoint";
+        fprintf(stderr, "k3chat: expected %d argument%s (%s), got %d (try --help)\n", want,
+                want != 1 ? "s" : "", what, nargs);
         return 2;
     }
     o->dir = want ? argv[optind] : NULL;
@@ -463,34 +522,82 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
                 o->json ? "--json" : "--json-schema");
         return 2;
     }
-    /* the tools take few setting flags (--tokenize and --detokenize --pattern, --chat-ids --pattern,
-     * --think and --effort, --inspect none), and --pattern goes with those three only: a flag that
-     * changed nothing was taken without a word (--tokenize V F --temp 0.5, --prompt X --pattern) */
-    static const struct {
-        enum cli_mode mode;
-        const char   *name, *takes; /* takes: the flags it reads, " name " each */
-    } tools[] = {{CLI_TOKENIZE, "--tokenize", " pattern "},
-                 {CLI_DETOKENIZE, "--detokenize", " pattern "},
-                 {CLI_CHAT_IDS, "--chat-ids", " pattern think effort "},
-                 {CLI_INSPECT, "--inspect", " "}};
+    /* each mode reads some of the setting flags; one it does not read changed nothing and was
+     * taken without a word (--tokenize V F --temp 0.5, --serve P --temp 0 (a request brings its
+     * own sampling), --prompt X --parallel 8, --replay F --system S, --endpoint's server never
+     * got --think-budget): a usage error naming the flag and the mode */
+    const char *name, *takes; /* takes: the flags the mode reads, " name " each */
+    switch (mode) {
+    case CLI_TOKENIZE:
+    case CLI_DETOKENIZE:
+        name  = mode == CLI_TOKENIZE ? "--tokenize" : "--detokenize";
+        takes = " pattern ";
+        break;
+    case CLI_CHAT_IDS:
+        name  = "--chat-ids";
+        takes = " pattern think effort ";
+        break;
+    case CLI_INSPECT:
+        name  = "--inspect";
+        takes = " ";
+        break;
+    case CLI_ONESHOT:
+        name  = o->ids ? "--ids" : "--prompt";
+        takes = o->ids ? " temp top-p max-tokens seed "
+                       : " temp top-p think effort max-tokens think-budget seed system json-schema ";
+        break;
+    case CLI_REPLAY:
+        name  = "--replay";
+        takes = " temp top-p think effort max-tokens seed ";
+        break;
+    case CLI_SERVE:
+        name  = "--serve";
+        takes = " api-key model allow-host parallel ";
+        break;
+    default:
+        name  = o->endpoint ? "--endpoint" : "the chat on MODEL_DIR";
+        takes = o->endpoint
+                    ? " temp top-p think effort max-tokens think-budget seed system theme load api-key model "
+                    : " temp top-p think effort max-tokens think-budget seed system theme load ";
+        break;
+    }
     for (int id = 0; id < K3_SETTING_N; id++) {
         const char *flag = k3_setting((enum k3_setting_id)id)->flag;
         char        word[64];
-        int         tool = -1;
         if (!flag_given[id])
             continue;
         snprintf(word, sizeof word, " %s ", flag);
-        for (size_t t = 0; t < sizeof tools / sizeof *tools; t++)
-            if (tools[t].mode == mode)
-                tool = (int)t;
-        if (tool >= 0 && !strstr(tools[tool].takes, word)) {
-            fprintf(stderr, "k3chat: --%s has no effect with %s\n", flag, tools[tool].name);
-            return 2;
-        }
-        if (id == K3_SETTING_PATTERN && tool < 0) {
+        if (id == K3_SETTING_PATTERN && !strstr(takes, word) && mode != CLI_INSPECT) {
             fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
             return 2;
         }
+        if (!strstr(takes, word)) {
+            const char *api = k3_setting((enum k3_setting_id)id)->api;
+            fprintf(stderr, "k3chat: --%s has no effect with %s%s%s%s\n", flag, name,
+                    mode == CLI_SERVE && api ? " (a request gives it as '" : "",
+                    mode == CLI_SERVE && api ? api : "", mode == CLI_SERVE && api ? "')" : "");
+            return 2;
+        }
+    }
+    /* an empty name or key was taken as given: --serve listed a model called '', --endpoint sent
+     * "Authorization: Bearer " (--serve refuses an empty key itself, with its key list) */
+    if (o->model_name && !*o->model_name) {
+        fprintf(stderr, "k3chat: --model: the name is empty (give a name, or no --model for %s)\n",
+                mode == CLI_SERVE ? "the model directory's name" : "the first one the server lists");
+        return 2;
+    }
+    if (o->endpoint && o->api_key && !*o->api_key) {
+        fprintf(
+            stderr,
+            "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+        return 2;
+    }
+    if (mode == CLI_SERVE && o->allow_hosts && o->api_key) { /* the Host gate is the keyless server's */
+        fprintf(stderr,
+                "k3chat: --allow-host has no effect with %s: a --serve with a key answers every Host "
+                "name that brings the key\n",
+                flag_given[K3_SETTING_API_KEY] ? "--api-key" : "K3_API_KEY");
+        return 2;
     }
     if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
@@ -543,7 +650,7 @@ int main(int argc, char **argv) {
     int           rc    = parse_args(argc, argv, &o, &mode, &plain);
     if (rc >= 0)
         return stdout_done(rc, mode); /* --help, --version: their text written, or said why not */
-    if (check_args(argc, argv, &o, mode))
+    if (check_args(argc, argv, &o, mode, plain))
         return 2;
     /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
      * model: a malformed one stops here, before a terminal is taken over */

@@ -66,11 +66,22 @@ static int is_ours(int fd, int kind) {
     return got == want && !memcmp(b, head[kind], want);
 }
 
-int chat_file_may_replace(const char *cmd, const char *path, int kind, char *msg, size_t mn) {
+int chat_file_may_replace(const char *cmd, const char *path, int kind, int force, char *msg, size_t mn) {
     static const char *const what[] = {"a k3chat transcript", "a k3chat export"};
+    static const char *const ext[]  = {"jsonl", "md"};
     struct stat              sb;
     if (lstat(path, &sb) != 0)
         return 0; /* nothing there (or the write will say what is wrong) */
+    /* a directory, --force or not: the message used to offer --force, whose rename then failed */
+    if (S_ISDIR(sb.st_mode)) {
+        size_t n = strlen(path);
+        snprintf(msg, mn,
+                 "%s: %.3000s is a directory; nothing was written (name a file in it: %s %.3000s%sNAME.%s)",
+                 cmd, path, cmd, path, n && path[n - 1] == '/' ? "" : "/", ext[kind]);
+        return -1;
+    }
+    if (force)
+        return 0;
     const char *why = NULL;
     if (S_ISLNK(sb.st_mode))
         why = "is a symbolic link (the file would replace the link)";

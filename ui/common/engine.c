@@ -703,7 +703,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_conv_autosave(u, c);
         return 1;
     case EV_CMD_SAVE:
-        if (!cmd->x && chat_file_may_replace("/save", cmd->text, CHAT_FILE_TRANSCRIPT, msg, sizeof msg)) {
+        if (chat_file_may_replace("/save", cmd->text, CHAT_FILE_TRANSCRIPT, cmd->x, msg, sizeof msg)) {
             ue_emitf(u, EV_ERROR, "%s", msg);
         } else if (k3_conv_save(c, cmd->text) != K3_OK) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
@@ -744,7 +744,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         return li.has_settings ? 3 : 2;
     }
     case EV_CMD_EXPORT:
-        if (!cmd->x && chat_file_may_replace("/export", cmd->text, CHAT_FILE_EXPORT, msg, sizeof msg))
+        if (chat_file_may_replace("/export", cmd->text, CHAT_FILE_EXPORT, cmd->x, msg, sizeof msg))
             ue_emitf(u, EV_ERROR, "%s", msg);
         else if (k3_conv_export_md(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());

@@ -35,6 +35,7 @@
 #include "engine.h"
 #include "k3.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +114,7 @@ static mturn *add_turn(mock *m, int delay, int prefill) {
 static int parse_script(mock *m, const char *path, int *load_ms, char *err, size_t errn) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errn, "K3_MOCK: %s: cannot open", path);
+        snprintf(err, errn, "K3_MOCK: %s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     char  *line   = NULL; /* a line of any length (getline): a long answer is one directive */
@@ -187,8 +188,15 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             return -1;
         }
     }
+    /* a read error ends getline as the end of the file does: a directory (EISDIR) was an empty
+     * script, and the chat ran on it without a word */
+    int rerr = ferror(f) ? errno : 0;
     free(line);
     fclose(f);
+    if (rerr) {
+        snprintf(err, errn, "K3_MOCK: %s: cannot read: %s", path, strerror(rerr));
+        return -1;
+    }
     return 0;
 }
 

@@ -899,6 +899,8 @@ static char *request_body(remote *r, const ue_gen *g) {
         json_object_set_new(b, "tools", tools);
     if (g->has_seed)
         json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
+    if (g->think && g->think_budget > 0) /* --think-budget, as k3chat --serve reads it (was never sent) */
+        json_object_set_new(b, "thinking_budget", json_integer(g->think_budget));
     if (g->think &&
         g->effort != (int)k3_setting(K3_SETTING_EFFORT)
                          ->def) /* the default (max) is not sent: other servers know low/high only */

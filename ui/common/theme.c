@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <term.h>
 #include <unistd.h>
 
@@ -214,9 +215,14 @@ int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
     }
     if (!strcmp(name, "dark"))
         return 0; /* the built-in defaults are the dark theme */
-    char list[512];
+    char        list[512], why[PATH_MAX + 64] = "";
+    const char *d = k3_setting_env_str(K3_SETTING_THEME_DIR);
+    struct stat sb;
     thm_list(list, sizeof list);
-    snprintf(err, errn, "no theme '%s' (themes: %s)", name, list);
+    int bad = d ? stat(d, &sb) : 0;
+    if (d && (bad || !S_ISDIR(sb.st_mode))) /* a typo in it left no trace */
+        snprintf(why, sizeof why, "; K3_THEME_DIR=%.4000s: %s", d, bad ? strerror(errno) : "not a directory");
+    snprintf(err, errn, "no theme '%s' (themes: %s%s)", name, list, why);
     return -1;
 }
 
