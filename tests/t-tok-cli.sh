@@ -93,4 +93,11 @@ err=$(timeout 60 "$K3" "$V" --serve 0 --model "" 2>&1 >/dev/null </dev/null); rc
 err=$(timeout 60 "$K3" --endpoint localhost --plain --api-key "" 2>&1 >/dev/null </dev/null); rc=$?
 [ $rc -eq 2 ] && echo "$err" | grep -qF -- "--api-key: the key is empty" && echo "PASS: --endpoint --api-key '': usage error ($err)" ||
     echo "FAIL: --endpoint --api-key '': rc $rc, '$err'"
+# --serve's port is digits only (strtol took " 0" and "+80" and served): a usage error naming the
+# form, before the model loads
+for spec in " 0" "+80" "80 " "127.0.0.1:-1" "70000" "[::1]:" "000000080"; do
+    err=$(timeout 60 "$K3" "$V" --serve "$spec" 2>&1 >/dev/null </dev/null); rc=$?
+    [ $rc -eq 2 ] && echo "$err" | grep -qF -- "is not [ADDR:]PORT" && echo "PASS: --serve '$spec': usage error ($err)" ||
+        echo "FAIL: --serve '$spec': rc $rc, '$err' (want 2 and 'is not [ADDR:]PORT')"
+done
 exit 0

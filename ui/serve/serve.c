@@ -1374,9 +1374,9 @@ static int parse_listen(const char *spec, struct addrinfo **out) {
         }
         port = colon + 1;
     }
-    char *end;
-    long  p = strtol(port, &end, 10);
-    if (end == port || *end || p < 0 || p > 65535)
+    /* digits only: strtol alone took " 0" and "+80" */
+    size_t nd = strspn(port, "0123456789");
+    if (!nd || port[nd] || nd > 5 || atol(port) > 65535)
         return -1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
