@@ -281,12 +281,12 @@ static void test_stream_plain(void) {
             md_doc want = {0};
             size_t kc   = txt_complete(buf, k);
             md_render(&want, buf + st.done, kc - st.done, width, THM_ASSISTANT, st.fin.n_lines ? MD_CONT : 0);
-            if (st.pl && !same_doc(&want, &st.open)) {
+            if (st.pl.on && !same_doc(&want, &st.open)) {
                 T_CHECK(0, "plain paragraph at width %d, %zu bytes: the lines differ from md_render's", width,
                         k);
                 bad = 1;
             }
-            plain_steps += st.pl;
+            plain_steps += st.pl.on;
             steps++;
             md_doc_free(&want);
         }
@@ -388,7 +388,7 @@ static void test_stream_incremental(void) {
                 fin_chunks += st.n_fin;
                 fin_want += ref.n_fin;
             }
-            fc_steps += st.fc;
+            fc_steps += st.fc.on;
             steps++;
             md_stream_free(&ref);
             seed = seed * 1103515245u + 12345u;
@@ -600,8 +600,9 @@ static void test_stream(void) {
 }
 
 /* One long line in an open code block, streamed: each update lays out only the partial line's
- * last row and what follows (fc_pl_*), and every step shows what a fresh md4c render shows. The
- * line has tabs, CJK, combining marks, an emoji ZWJ sequence and a control character. */
+ * last row and what follows (md-stream.c md_fcs part_*), and every step shows what a fresh md4c
+ * render shows. The line has tabs, CJK, combining marks, an emoji ZWJ sequence and a control
+ * character. */
 static void test_stream_long_code_line(void) {
     static const char piece[] = "ab\tc\xe6\xbc\xa2\xe5\xad\x97"
                                 "e\xcc\x81\xcc\x82 \t\t"
@@ -618,7 +619,7 @@ static void test_stream_long_code_line(void) {
         unsigned         seed     = 7u + (unsigned)wi;
         for (size_t k = 1; k <= text.n && !bad;) {
             md_stream_update(&st, text.p, k, widths[wi], THM_ASSISTANT, MD_STREAMING);
-            resumed += st.fc && st.fc_pl_line >= 0;
+            resumed += st.fc.on && st.fc_part;
             md_stream ref = {0};
             md_stream_update(&ref, text.p, k, widths[wi], THM_ASSISTANT, MD_STREAMING | MD_EXACT);
             int at;
@@ -690,9 +691,9 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
             *fin_want += ref.n_fin;
         }
         md_stream_free(&ref);
-        *tb += st.tb;
-        *li += st.li;
-        qt_steps += st.qt;
+        *tb += st.tb.on;
+        *li += st.li.on;
+        qt_steps += st.qt.on;
         steps++;
         seed = seed * 1103515245u + 12345u;
         if (k == n)
@@ -808,7 +809,7 @@ static void test_stream_table_work(void) {
                       i == 2900 ? "a late and much wider value" : "v");
     md_stream st = {0}, ref = {0};
     int       at, steps     = stream_whole(&st, &ref, &t, 100, 3);
-    T_CHECK(same_stream(&st, &ref, &at) && st.tb, "3,000 streamed rows as md4c shows them (line %d)", at);
+    T_CHECK(same_stream(&st, &ref, &at) && st.tb.on, "3,000 streamed rows as md4c shows them (line %d)", at);
     T_CHECK(st.tb_rows <= rows + steps, "rows collected by md4c: %ld for %d rows in %d updates", st.tb_rows,
             rows, steps);
     T_CHECK(
@@ -888,7 +889,8 @@ static void test_stream_list_work(void) {
         k3_buf_printf(&t, "%d. item with **some** words\n", i + 1);
     md_stream st = {0}, ref = {0};
     int       at, steps     = stream_whole(&st, &ref, &t, 60, 5);
-    T_CHECK(same_stream(&st, &ref, &at) && st.li, "10,000 streamed items as md4c shows them (line %d)", at);
+    T_CHECK(same_stream(&st, &ref, &at) && st.li.on, "10,000 streamed items as md4c shows them (line %d)",
+            at);
     /* each item once when the next one's line is complete, and until then the last two (under 80
      * bytes) once per update */
     T_CHECK(st.li_bytes <= (long)t.n + 80L * steps,
@@ -906,7 +908,7 @@ static void test_stream_list_work(void) {
     st    = (md_stream){0};
     ref   = (md_stream){0};
     steps = stream_whole(&st, &ref, &t, 60, 5);
-    T_CHECK(same_stream(&st, &ref, &at) && st.li,
+    T_CHECK(same_stream(&st, &ref, &at) && st.li.on,
             "a line and 10,000 streamed items as md4c shows them (line %d)", at);
     T_CHECK(st.li_bytes <= (long)(t.n - lead) + 80L * steps,
             "bytes md4c rendered for the list after a line: %ld for a %zu-byte list in %d updates",
@@ -951,7 +953,7 @@ static void test_stream_list_item(void) {
     int       at;
     steps = stream_whole(&st, &ref, &t, 100, 7);
     laid  = st.li_laid;
-    T_CHECK(same_stream(&st, &ref, &at) && st.li, "a 300 kB item as md4c shows it (line %d)", at);
+    T_CHECK(same_stream(&st, &ref, &at) && st.li.on, "a 300 kB item as md4c shows it (line %d)", at);
     T_CHECK(st.li_bytes < 200 && laid <= 200L * steps,
             "bytes md4c rendered for the list: %ld; wrapped from the last row: %ld in %d updates",
             st.li_bytes, laid, steps);
@@ -1003,7 +1005,8 @@ static void test_stream_quote_work(void) {
         k3_buf_printf(&t, "> a quoted line at %zu bytes\n", t.n);
     md_stream st = {0}, ref = {0};
     int       at, steps     = stream_whole(&st, &ref, &t, 100, 9);
-    T_CHECK(same_stream(&st, &ref, &at) && st.qt, "a 300 kB quoted paragraph as md4c shows it (line %d)", at);
+    T_CHECK(same_stream(&st, &ref, &at) && st.qt.on, "a 300 kB quoted paragraph as md4c shows it (line %d)",
+            at);
     T_CHECK(st.qt_bytes < 8 && st.qt_laid <= (long)t.n + 250L * steps,
             "bytes md4c rendered for it: %ld; wrapped: %ld for %zu bytes in %d updates", st.qt_bytes,
             st.qt_laid, t.n, steps);
@@ -1015,7 +1018,8 @@ static void test_stream_quote_work(void) {
     st    = (md_stream){0};
     ref   = (md_stream){0};
     steps = stream_whole(&st, &ref, &t, 60, 5);
-    T_CHECK(same_stream(&st, &ref, &at) && st.qt, "2,000 quoted paragraphs as md4c shows them (line %d)", at);
+    T_CHECK(same_stream(&st, &ref, &at) && st.qt.on, "2,000 quoted paragraphs as md4c shows them (line %d)",
+            at);
     /* each paragraph once when the next one starts, and until then the open one (under 60 bytes) and
      * the blank line after it once per update */
     T_CHECK(st.qt_bytes <= (long)t.n + 120L * steps,
