@@ -121,6 +121,18 @@ static void view_marks(view_mk *m, const char *s, size_t k, size_t n) {
     }
 }
 
+/* The markers left open at the end of s[from, v): those of m (the ones open at from) and the
+ * text's after them, from the last blank line on when there is one (a new paragraph). */
+static view_mk view_open_marks(const view_mk *m, const char *s, size_t from, size_t v) {
+    view_mk r  = *m;
+    size_t  p0 = from;
+    for (size_t k = from; k + 1 < v; k++)
+        if (s[k] == '\n' && s[k + 1] == '\n')
+            p0 = k + 2, r = (view_mk){0};
+    view_marks(&r, s, p0, v);
+    return r;
+}
+
 /* b (a paragraph's text as shown) with the markers m left open closed. */
 static void view_close(txt_buf *b, const view_mk *m) {
     if (m->stars || m->tildes) /* a closer after a space would not close: end at the last word */
@@ -145,12 +157,7 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     if (st->fence)
         return 0; /* an open fence: md4c shows the code to the end */
     /* the last paragraph: after the last blank line */
-    size_t p0 = 0;
-    for (size_t k = 0; k + 1 < n; k++)
-        if (s[k] == '\n' && (s[k + 1] == '\n'))
-            p0 = k + 2;
-    view_mk m = {0};
-    view_marks(&m, s, p0, n);
+    view_mk m = view_open_marks(&(view_mk){0}, s, 0, n);
     view_close(b, &m);
     return 0;
 }
@@ -1238,12 +1245,8 @@ static int li_start(md_stream *st, const char *s, size_t n, unsigned f) {
     L->next = num;
     L->ref  = st->done;
     L->seg = L->scan = L->first = first;
-    size_t p0 = st->done; /* stream_view's markers: after the last blank line (in a fence) */
-    for (size_t q = st->done; q + 1 < first; q++)
-        if (s[q] == '\n' && s[q + 1] == '\n')
-            p0 = q + 2;
-    view_marks(&L->mk, s, p0, first);
-    L->cut       = doc_mark_at(&st->open); /* the block before the list, when one */
+    L->mk        = view_open_marks(&L->mk, s, st->done, first); /* stream_view's (also in a fence) */
+    L->cut       = doc_mark_at(&st->open);                      /* the block before the list, when one */
     st->li.on    = 0;
     st->li.ready = 1;
     return 0;
@@ -1273,20 +1276,15 @@ static int li_next_partial(md_stream *st, const char *s, size_t v, unsigned f) {
 static int li_open_item(md_stream *st, const char *s, size_t v, unsigned f) {
     md_lis *L = &st->paths->li;
     li_open(st, 0); /* md4c renders the open item: its rows laid out before go */
-    size_t   p0 = L->seg;
-    txt_buf *b  = &st->tmp;
-    b->n        = 0;
+    txt_buf *b = &st->tmp;
+    b->n       = 0;
     if (v > L->seg && (lone_cr(s + L->seg, v - L->seg - (s[v - 1] == '\r')) ||
                        (L->blank && !blank_line(s + L->scan, v > L->scan ? v - L->scan : 0))))
         return li_no(st);
     if (v > L->seg && txt_buf_add(b, s + L->seg, v - L->seg))
         return -1;
     if (!st->fence) {
-        view_mk m = L->mk;
-        for (size_t k = L->seg; k + 1 < v; k++)
-            if (s[k] == '\n' && s[k + 1] == '\n')
-                p0 = k + 2, m = (view_mk){0};
-        view_marks(&m, s, p0, v);
+        view_mk m = view_open_marks(&L->mk, s, L->seg, v);
         view_close(b, &m);
     }
     if (!b->n)
@@ -1607,12 +1605,7 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             return -1;
     } else {
         /* the open segment as stream_view shows it: the markers left open closed (not in a fence) */
-        view_mk m  = Q->mk;
-        size_t  p0 = Q->seg;
-        for (size_t k = Q->seg; k + 1 < v; k++)
-            if (s[k] == '\n' && s[k + 1] == '\n')
-                p0 = k + 2, m = (view_mk){0};
-        view_marks(&m, s, p0, v);
+        view_mk m = view_open_marks(&Q->mk, s, Q->seg, v);
         if (v > Q->seg && qt_render(st, s, Q->seg, v, st->fence ? NULL : &m, f))
             return -1;
         if (v <= Q->seg)
@@ -1650,9 +1643,11 @@ static const struct fast_path {
     int (*layout)(md_stream *st, const char *s, size_t n, unsigned f);
     int (*finish)(md_stream *st, const char *s, size_t p, unsigned f);
 } fast_paths[] = {
-    {offsetof(md_stream, pl), pl_layout, NULL},      {offsetof(md_stream, fc), fc_layout, NULL},
-    {offsetof(md_stream, tb), tb_layout, tb_finish}, {offsetof(md_stream, li), li_layout, li_finish},
-    {offsetof(md_stream, qt), qt_layout, qt_finish},
+    {offsetof(md_stream, pl), pl_layout, NULL},      /* a plain paragraph            */
+    {offsetof(md_stream, fc), fc_layout, NULL},      /* a fenced code block, open    */
+    {offsetof(md_stream, tb), tb_layout, tb_finish}, /* a table                      */
+    {offsetof(md_stream, li), li_layout, li_finish}, /* a tight list                 */
+    {offsetof(md_stream, qt), qt_layout, qt_finish}, /* a block quote                */
 };
 enum { N_FAST = sizeof fast_paths / sizeof *fast_paths };
 
