@@ -599,6 +599,37 @@ static void test_stream(void) {
     free(buf);
 }
 
+/* A list whose partial last line continues the item (it starts with a space, or with digits and no
+ * marker): it is no next item, so the item is not finished there. li_layout asked item_mark about
+ * the marker without the space after it, got "cannot be said yet" for no marker at all, and then
+ * compared the marker item_mark had not set (an uninitialised char; valgrind: "conditional jump
+ * depends on uninitialised value" in li_layout): when it held the list's '.', the item was rendered
+ * alone as finished, and the continuation line alone as the next item (li_bytes 25, not 24; md4c
+ * then showed the chunk). */
+/* The stack below the caller filled with c (what an uninitialised local of a function called next
+ * then holds, for most compilers and levels). */
+static __attribute__((noinline)) void stack_fill(char c) {
+    volatile char fill[16384];
+    for (size_t k = 0; k < sizeof fill; k++)
+        fill[k] = c;
+}
+
+static void test_stream_list_continued(void) {
+    static const char *texts[] = {"1. first item\n more words", "1. first item\n12 more words",
+                                  "- first item\n more words"};
+    for (int i = 0; i < 3; i++) {
+        md_stream st = {0};
+        size_t    n  = strlen(texts[i]);
+        stack_fill(texts[i][0] == '-' ? '-' : '.'); /* the list's marker where the marker was not set */
+        int rc = md_stream_update(&st, texts[i], n, 40, THM_ASSISTANT, MD_STREAMING);
+        T_CHECK(rc == 0 && st.li.on && st.li_bytes == (long)n,
+                "a list whose partial line continues the item: the item rendered whole, once (text %d: "
+                "li_bytes %ld for %zu bytes, laid out by the list %d)",
+                i, st.li_bytes, n, st.li.on);
+        md_stream_free(&st);
+    }
+}
+
 /* One long line in an open code block, streamed: each update lays out only the partial line's
  * last row and what follows (md-stream.c md_fcs part_*), and every step shows what a fresh md4c
  * render shows. The line has tabs, CJK, combining marks, an emoji ZWJ sequence and a control
@@ -1434,6 +1465,7 @@ int main(void) {
     test_stream_list();
     test_stream_list_work();
     test_stream_list_item();
+    test_stream_list_continued();
     test_stream_quote();
     test_stream_quote_work();
     test_stream_random();

@@ -1264,7 +1264,9 @@ static int li_next_partial(md_stream *st, const char *s, size_t v, unsigned f) {
     long   num;
     while (k < v && s[k] != ' ')
         k++;
-    if (k + 1 < v && qt_letter((unsigned char)s[k + 1]) && item_mark(s + q, k - q, 0, &m, &num) &&
+    /* the marker with the space after it: item_mark says 1 for a marker (m then set), else 0 (without
+     * the space it said 2, "cannot be said yet", also for no marker at all, m left unset) */
+    if (k + 1 < v && qt_letter((unsigned char)s[k + 1]) && item_mark(s + q, k + 1 - q, 1, &m, &num) == 1 &&
         m == L->mark)
         return li_next(st, s, q, f);
     return 0;
