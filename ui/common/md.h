@@ -83,11 +83,13 @@ int md_line_text(const md_doc *d, int i, txt_buf *out);
  * the k-th (1-based) is stored in out (replaced). -1 out of memory. */
 int md_code_block(const char *s, size_t n, int k, txt_buf *out);
 
-/* The open chunk a fast path of md_stream has looked at (md-stream.c fast_new): its state (the
- * path's int: open is its layout) and what it kept are for that chunk alone. */
+/* One fast path of md_stream (md-stream.c) and the open chunk: the chunk it last looked at, whether
+ * that chunk was ruled out, whether its state was set up for it, and whether open is its layout. */
 typedef struct md_fast {
-    size_t done; /* where that chunk starts ((size_t)-1: none yet)                */
-    int    no;   /* it is not one for this path (for good: the chunk only grows)  */
+    size_t done;  /* where that chunk starts ((size_t)-1: none yet)                     */
+    int    no;    /* it is not one for this path (for good: the chunk only grows)     */
+    int    ready; /* the path's state (md-stream.c md_paths) was set up for it        */
+    int    on;    /* open is the path's layout of it                                  */
 } md_fast;
 
 /* Incremental rendering of a growing text (one per streaming pane). Zero-initialise. */
@@ -101,58 +103,24 @@ typedef struct md_stream {
     int             fence; /* scan is inside a code fence of fence_n fence_ch characters     */
     char            fence_ch;
     int             fence_n;
+    size_t          fence_at;  /* where the open fence's line starts                             */
     int             blank;     /* the line before scan was blank                                 */
     md_doc          fin, open; /* lines of the finished chunks; of the open chunk               */
     txt_buf         tmp;
     txt_buf         seen; /* a copy of the text's bytes [0, scan): a moved buffer is compared */
     struct md_rctx *ctx;  /* md.c's render context, its buffers kept from frame to frame */
-    /* The open chunk as a plain paragraph (one source line without Markdown syntax, the usual
-     * case of a long streamed paragraph): open was laid out here without md4c, exactly as
-     * md_render lays it out, and each update wraps only from the start of its last line. */
-    int     pl;      /* open is such a layout of the chunk pl_for.done                 */
-    md_fast pl_for;  /* the chunk it was made for (no: not a plain paragraph)          */
-    size_t  pl_scan; /* bytes [pl_for.done, pl_scan) are known to be plain             */
-    size_t  pl_line; /* where open's last line starts                                    */
-    /* The open chunk as a fenced code block still open (its first line a fence at column 0, the
-     * usual case of a long streamed code block): open holds md4c's head of it and the rows of its
-     * complete lines, laid out once each (fc_layout in md.c). */
-    size_t  fence_at;   /* where the open fence's line starts (scan)                        */
-    int     fc, fc_any; /* open is such a layout / a line is in                              */
-    md_fast fc_for;     /* the chunk it was made for                                         */
-    size_t  fc_line;    /* the next line to lay out                                          */
-    int     fc_lines;   /* open's lines that stay (head and complete lines' rows)          */
-    /* The partial last line (a long line still coming): the row of open it last ended with, which
-     * the next update lays out again from byte fc_pl_off (column fc_pl_col) on, while the line
-     * starting at fc_pl_at is still the partial one; fc_pl_line -1: from the line's start. */
-    int    fc_pl_line, fc_pl_col;
-    size_t fc_pl_at, fc_pl_off;
-    size_t fc_scan; /* bytes before it are known to hold no CR or NUL                        */
-    /* The open chunk as a table (its first two lines a table's header and delimiter row, the usual
-     * case of a long streamed table; md-stream.c tb_layout): md4c collects each complete row once,
-     * behind a copy of those two lines, into the kept cells of tbs; open keeps the rows laid out and
-     * an update lays out only the new rows, the partial last one and the bottom border, unless a
-     * column's width changed (then every row again, without md4c). */
-    struct md_tbs *tbs;
-    md_fast        tb_for;            /* the chunk it was made for                                  */
-    int            tb;                /* open is such a layout                                      */
-    long tb_rows, tb_laid, tb_relaid; /* rows collected by md4c, rows laid out, layouts of all rows */
-    /* The open chunk as a tight list (its first line an item at column 0, the usual case of a long
-     * streamed list; md-stream.c li_layout): md4c renders each item alone, once the line of the next
-     * item is complete, and open keeps its lines; an update renders only the last item again. */
-    struct md_lis *lis;
-    md_fast        li_for;   /* the chunk it was made for                                      */
-    int            li;       /* open is such a layout                                          */
-    long           li_bytes; /* bytes md4c rendered for it, the last item's each update (tests) */
-    long           li_laid;  /* bytes of a long open item wrapped without md4c (tests)        */
-    /* The open chunk as a block quote (its first line starts with '>' at column 0, the usual case of
-     * a long quoted answer; md-stream.c qt_layout): cut into segments at blank quoted lines followed
-     * by a paragraph, each rendered once when the next one starts; the open segment is a plain
-     * paragraph laid out from its last row on, or rendered again by md4c each update. */
-    struct md_qts *qts;
-    md_fast        qt_for;   /* the chunk it was made for                                     */
-    int            qt;       /* open is such a layout                                         */
-    long           qt_bytes; /* bytes md4c rendered for it (tests)                             */
-    long           qt_laid;  /* bytes of its paragraphs wrapped without md4c (tests)           */
+    /* The fast paths (md-stream.c DESIGN), tried in this order on the open chunk while it streams:
+     * a plain paragraph, a fenced code block still open, a table, a tight list, a block quote.
+     * Each lays out open without md4c's render of the whole chunk; their states are in paths. */
+    md_fast          pl, fc, tb, li, qt;
+    struct md_paths *paths;
+    /* What the fast paths did (tests) */
+    int  fc_part;                     /* open ends with a partial code line, laid out from its last row */
+    long tb_rows, tb_laid, tb_relaid; /* rows collected by md4c, rows laid out, layouts of all rows    */
+    long li_bytes;                    /* bytes md4c rendered for a list, the last item's each update  */
+    long li_laid;                     /* bytes of a long open item wrapped without md4c               */
+    long qt_bytes;                    /* bytes md4c rendered for a quote                              */
+    long qt_laid;                     /* bytes of its paragraphs wrapped without md4c                 */
     /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
     txt_buf  last;
     int      last_ok;
