@@ -6,7 +6,8 @@
  *   one binary runs everywhere. Non-x86 builds get stubs that are never selected.
  * - Exact-float kernels: weights are decoded to f32 (nibbles through pshufb tables, bytes through
  *   cvtepi8) and multiplied with FMA into vector accumulators; per-group scales are applied as
- *   one FMA per group. These agree with row_dot within float reassociation.
+ *   one FMA per group. kern.c's row_dot computes the same lane order in plain C (THE LANE ORDER
+ *   there), so the scalar level gives the same bits.
  * - IDOT kernels (the group order of kern-impl.h): Q_I8 does the signed x signed dot with
  *   |w| (sign_epi8(w, w)) as the unsigned operand and sign_epi8(x, w) as the signed one
  *   (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation). Nibble formats
