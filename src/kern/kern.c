@@ -164,8 +164,11 @@ static float row_i4(const uint8_t *w, const float *s, const float *x, int n) {
         for (int l = 0; l < 8; l++)
             acc[l] += t[l];
     }
-    float sum = sum8(acc);
-    for (int c = (full & ~1) * 32; c < n; c += Q_I4_GROUP) { /* a partial 64-group: column order */
+    return kern_i4_tail(w, s, x, (full & ~1) * 32, n, sum8(acc));
+}
+
+float kern_i4_tail(const uint8_t *w, const float *s, const float *x, int c0, int n, float sum) {
+    for (int c = c0; c < n; c += Q_I4_GROUP) {
         float part = 0.0f;
         int   end  = c + Q_I4_GROUP < n ? c + Q_I4_GROUP : n;
         for (int k = c; k < end; k++) {
