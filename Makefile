@@ -72,7 +72,10 @@ PKG_CFLAGS := $(shell $(PKG) --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell $(PKG) --libs $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP \
+# -ffp-contract=off: a*b+c rounds twice unless the source says fmaf, at every kernel level and
+# with every compiler (GCC's ISO C default; clang's is on): the scalar twins and the SIMD
+# kernels' scalar tails then round the same way (the one rounding order, kern-impl.h, kern.c).
+CFLAGS  += -std=c11 -D_GNU_SOURCE -ffp-contract=off $(OPT) $(WARN) -fopenmp -pthread -MMD -MP \
            -I$(B)/gen $(PKG_CFLAGS) -DK3_VERSION='"$(VERSION)"' -DK3_VK=$(VK)
 LDFLAGS ?=
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)

@@ -619,6 +619,45 @@ static void test_corrupt(void) {
     k3_session_free(xs);
     k3_model_free(m);
 
+    /* K3_LOGITS writes every row of a chunk, so every row is checked, not only the last: lm_head
+     * row 0 starts with 3e38 (finite, so the model opens), and the K3_X0 rows put the hidden state
+     * of position 0 on column 0 (its logit 0 overflows) and the others on column 7 (finite) */
+    const float big = 3e38f;
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    T_CHECK(poke(bad, "lm_head.weight", &big, 4) == 0, "write 3e38 into lm_head of a copy");
+    xf = fopen(x0, "wb");
+    if (xf) {
+        float row[100] = {0};
+        for (int r = 0; r < 3; r++) {
+            row[0] = r == 0 ? 1e4f : 0.0f;
+            row[7] = r == 0 ? 0.0f : 1e4f;
+            fwrite(row, sizeof row, 1, xf);
+        }
+        fclose(xf);
+    }
+    char lpath[720];
+    snprintf(lpath, sizeof lpath, "%s/logits.f32", tmp);
+    const int32_t lids[3] = {1, 2, 3};
+    for (int hook = 0; hook < 2; hook++) {
+        xp.logits_path = hook ? lpath : NULL;
+        m              = NULL;
+        xs             = NULL;
+        xst            = k3_model_open(bad, &xp, &m) ? K3_ERR_ARG : k3_session_new(m, &xs);
+        if (!xst)
+            xst = k3_session_feed(xs, lids, 3);
+        if (!hook)
+            T_CHECK(xst == K3_OK, "lm_head 3e38, no K3_LOGITS: the chunk's last logits are finite (%s)",
+                    xst ? k3_errmsg() : "ok");
+        else
+            T_CHECK(xst == K3_ERR_NUMERIC && strstr(k3_errmsg(), "logit 0 at position 0 is not finite") &&
+                        k3_session_pos(xs) == 0,
+                    "lm_head 3e38, K3_LOGITS: position 0's overflowing logit fails the chunk, naming it (%s)",
+                    xst ? k3_errmsg() : "fed");
+        k3_session_free(xs);
+        k3_model_free(m);
+    }
+    xp.logits_path = NULL;
+
     T_CHECK(k3_model_open("/nonexistent/k3", NULL, &m) != K3_OK && !m && *k3_errmsg(),
             "a missing directory is an error (%s)", k3_errmsg());
     setenv("K3_CHUNK", "zero", 1);

@@ -6,7 +6,8 @@
  *   one binary runs everywhere. Non-x86 builds get stubs that are never selected.
  * - Exact-float kernels: weights are decoded to f32 (nibbles through pshufb tables, bytes through
  *   cvtepi8) and multiplied with FMA into vector accumulators; per-group scales are applied as
- *   one FMA per group. These agree with row_dot within float reassociation.
+ *   one FMA per group. kern.c's row_dot computes the same lane order in plain C (THE LANE ORDER
+ *   there), so the scalar level gives the same bits.
  * - IDOT kernels (the group order of kern-impl.h): Q_I8 does the signed x signed dot with
  *   |w| (sign_epi8(w, w)) as the unsigned operand and sign_epi8(x, w) as the signed one
  *   (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation). Nibble formats
@@ -120,17 +121,7 @@ AVX2 static float row_i4(const uint8_t *w, const float *s, const float *x, int n
         gs[0] = gs[1] = s[g / 2];
         acc           = _mm256_add_ps(acc, rows_nib(w + g * 16, x + g * 32, 2, lut, gs));
     }
-    float sum = hsum8(acc);
-    for (int c = (full & ~1) * 32; c < n; c += Q_I4_GROUP) { /* partial 64-group: scalar */
-        float part = 0.0f;
-        int   end  = c + Q_I4_GROUP < n ? c + Q_I4_GROUP : n;
-        for (int k = c; k < end; k++) {
-            int nib = (k & 1) ? (w[k >> 1] >> 4) : (w[k >> 1] & 15);
-            part += (float)(nib - 8) * x[k];
-        }
-        sum += part * s[c / Q_I4_GROUP];
-    }
-    return sum;
+    return kern_i4_tail(w, s, x, (full & ~1) * 32, n, hsum8(acc)); /* a partial 64-group */
 }
 
 AVX2 static float row_mxfp4(const uint8_t *w, const uint8_t *e, const float *x, int n) {

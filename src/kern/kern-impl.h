@@ -64,7 +64,11 @@ void kern_act_layout_avx512(int type, int np, kern_act *a);
 typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);
 
 void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1);
-void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+/* The exact-float int4 row's columns [c0, n) past its whole 64-column scale groups (c0 a
+ * multiple of 64), added to sum: per scale group the products in column order, then
+ * sum += part * scale (two roundings). The lane order's tail at every level (kern.c). */
+float kern_i4_tail(const uint8_t *w, const float *s, const float *x, int c0, int n, float sum);
+void  kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1);
 /* Columns the AVX2 matmul decodes each weight block for at once. */
 #define KERN_NC 4
 

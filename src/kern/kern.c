@@ -18,6 +18,11 @@
  *   Wide products run kernels with the columns in the lanes, in the same order: at the avx512
  *   level KERN_GRP_MIN(type)+ columns (kern-grp.c), at the amx level 2+ columns (the tiles,
  *   kern-amx.c).
+ * - Exact-float rows (Q_F32, the router and the KDA gates at the defaults; every type with
+ *   K3_IDOT=0) have one rounding order too, THE LANE ORDER below: kern_rows_avx2's eight lanes
+ *   and horizontal tree, which every SIMD level runs, written in plain C for the scalar level
+ *   (fmaf per product: a libm call where the baseline target has no FMA instruction; the
+ *   scalar level is the slow reference).
  * - IDOT activations are quantized once per call by one shared function (kern_act_make: the
  *   quantizer and the layout, each with an AVX-512 twin that writes the same bytes), so every
  *   kernel sees identical int8 inputs. The group order is documented in kern-impl.h.
@@ -64,56 +69,148 @@ size_t q_sbytes(int type, int rows, int cols) {
 
 /* ==== scalar reference: exact-float ======================================================= */
 
-/* One output row: dot(W[r], x) in the matrix's format; float accumulation in row order. */
-static float row_dot(const qmat *m, int r, const float *x) {
-    const int n   = m->cols;
-    float     acc = 0.0f;
-    switch (m->type) {
-    case Q_F32: {
-        const float *w = (const float *)m->w + (size_t)r * n;
-        for (int c = 0; c < n; c++)
-            acc += w[c] * x[c];
-        break;
-    }
-    case Q_I8: {
-        const int8_t *w = (const int8_t *)m->w + (size_t)r * n;
-        for (int c = 0; c < n; c++)
-            acc += (float)w[c] * x[c];
-        acc *= m->s[r];
-        break;
-    }
-    case Q_I4: {
-        const uint8_t *w = (const uint8_t *)m->w + (size_t)r * ((n + 1) / 2);
-        const float   *s = m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP);
-        for (int g = 0; g * Q_I4_GROUP < n; g++) {
-            float part = 0.0f;
-            int   end  = (g + 1) * Q_I4_GROUP < n ? (g + 1) * Q_I4_GROUP : n;
-            for (int c = g * Q_I4_GROUP; c < end; c++) {
-                int nib = (c & 1) ? (w[c >> 1] >> 4) : (w[c >> 1] & 15);
-                part += (float)(nib - 8) * x[c];
-            }
-            acc += part * s[g];
-        }
-        break;
-    }
-    case Q_MXFP4: {
-        const uint8_t *w = (const uint8_t *)m->w + (size_t)r * (n / 2);
-        const uint8_t *e = m->e + (size_t)r * (n / Q_MXFP4_GROUP);
-        for (int g = 0; g < n / Q_MXFP4_GROUP; g++) {
-            float part = 0.0f;
-            for (int c = g * Q_MXFP4_GROUP; c < (g + 1) * Q_MXFP4_GROUP; c++) {
-                int   nib = (c & 1) ? (w[c >> 1] >> 4) : (w[c >> 1] & 15);
-                float v   = q_e2m1[nib & 7];
-                part += ((nib & 8) ? -v : v) * x[c];
-            }
-            acc += part * ldexpf(1.0f, (int)e[g] - 127);
-        }
-        break;
-    }
-    default:
-        K3_ASSERT(!"unknown qmat type");
-    }
+/* THE LANE ORDER of the exact-float rows (Q_F32 always; the other types with K3_IDOT=0): the one
+ * rounding order of kern_rows_avx2, which every SIMD level runs (the AVX-512 levels too), written
+ * here in plain C so the scalar level gives the same bits. Eight lanes l = column mod 8 of each
+ * block of 8; products accumulate by fmaf (vfmadd: one rounding); a block of 32 columns feeds
+ * lane accumulators in the order of kern-avx2.c (Q_F32: four of them, one per 8 columns; the
+ * decoded types: two, a for columns 0-7 and 16-23, b for 8-15 and 24-31); sum8 is the horizontal
+ * tree of hsum8. Element-wise products and sums outside fmaf round separately (the Makefile's
+ * -ffp-contract=off keeps the compiler from fusing them, at every level). */
+
+/* ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)): hsum8 of kern-avx2.c */
+static float sum8(const float v[8]) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* a[l] = fmaf(w[l], x[l], a[l]), l < 8: one _mm256_fmadd_ps */
+static void fma8(float a[8], const float *w, const float *x) {
+    for (int l = 0; l < 8; l++)
+        a[l] = fmaf(w[l], x[l], a[l]);
+}
+
+/* dot32_ps of kern-avx2.c: 32 decoded weights wv against x[32] into the lane sums a and b */
+static void dot32(const float wv[32], const float *x, float a[8], float b[8]) {
+    fma8(a, wv, x);
+    fma8(b, wv + 8, x + 8);
+    fma8(a, wv + 16, x + 16);
+    fma8(b, wv + 24, x + 24);
+}
+
+static float row_f32(const float *w, const float *x, int n) {
+    float a[4][8] = {{0}}, v[8];
+    int   c       = 0;
+    for (; c + 32 <= n; c += 32)
+        for (int k = 0; k < 4; k++)
+            fma8(a[k], w + c + 8 * k, x + c + 8 * k);
+    for (; c + 8 <= n; c += 8)
+        fma8(a[0], w + c, x + c);
+    for (int l = 0; l < 8; l++)
+        v[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+    float acc = sum8(v);
+    for (; c < n; c++)
+        acc += w[c] * x[c];
     return acc;
+}
+
+static float row_i8(const int8_t *w, const float *x, int n) {
+    float a[8] = {0}, b[8] = {0}, wv[32], v[8];
+    int   c = 0;
+    for (; c + 32 <= n; c += 32) {
+        for (int k = 0; k < 32; k++)
+            wv[k] = (float)w[c + k];
+        dot32(wv, x + c, a, b);
+    }
+    for (; c + 8 <= n; c += 8) {
+        for (int k = 0; k < 8; k++)
+            wv[k] = (float)w[c + k];
+        fma8(a, wv, x + c);
+    }
+    for (int l = 0; l < 8; l++)
+        v[l] = a[l] + b[l];
+    float acc = sum8(v);
+    for (; c < n; c++)
+        acc += (float)w[c] * x[c];
+    return acc;
+}
+
+/* rows_nib of kern-avx2.c: ng32 groups of 32 nibble columns (w packed, low nibble = even
+ * column) decoded through lut, each group's lane sums a + b scaled into acc by one fmaf per lane;
+ * acc starts from 0 here (the caller adds it to its own). */
+static void nib_groups(const uint8_t *w, const float *x, int ng32, const int8_t lut[16], const float *gscale,
+                       float acc[8]) {
+    for (int l = 0; l < 8; l++)
+        acc[l] = 0.0f;
+    for (int g = 0; g < ng32; g++) {
+        float wv[32], a[8] = {0}, b[8] = {0};
+        for (int k = 0; k < 32; k++) {
+            const uint8_t byte = w[g * 16 + k / 2];
+            wv[k]              = (float)lut[(k & 1) ? byte >> 4 : byte & 15];
+        }
+        dot32(wv, x + g * 32, a, b);
+        for (int l = 0; l < 8; l++)
+            acc[l] = fmaf(a[l] + b[l], gscale[g], acc[l]);
+    }
+}
+
+static const int8_t i4_lut[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+static float row_i4(const uint8_t *w, const float *s, const float *x, int n) {
+    const int full   = n / 32;
+    float     acc[8] = {0}, t[8], gs[2];
+    for (int g = 0; g + 2 <= full; g += 2) { /* one 64-column scale group (two of 32) at a time */
+        gs[0] = gs[1] = s[g / 2];
+        nib_groups(w + g * 16, x + g * 32, 2, i4_lut, gs, t);
+        for (int l = 0; l < 8; l++)
+            acc[l] += t[l];
+    }
+    return kern_i4_tail(w, s, x, (full & ~1) * 32, n, sum8(acc));
+}
+
+float kern_i4_tail(const uint8_t *w, const float *s, const float *x, int c0, int n, float sum) {
+    for (int c = c0; c < n; c += Q_I4_GROUP) {
+        float part = 0.0f;
+        int   end  = c + Q_I4_GROUP < n ? c + Q_I4_GROUP : n;
+        for (int k = c; k < end; k++) {
+            int nib = (k & 1) ? (w[k >> 1] >> 4) : (w[k >> 1] & 15);
+            part += (float)(nib - 8) * x[k];
+        }
+        sum += part * s[c / Q_I4_GROUP];
+    }
+    return sum;
+}
+
+/* Doubled e2m1 weights times 2^(e-128), 16 groups of 32 at a time (kern-avx2.c's row_mxfp4). */
+static float row_mxfp4(const uint8_t *w, const uint8_t *e, const float *x, int n) {
+    float acc[8] = {0}, t[8], gs[16];
+    for (int g0 = 0; g0 < n / 32; g0 += 16) {
+        int cnt = n / 32 - g0 < 16 ? n / 32 - g0 : 16;
+        for (int g = 0; g < cnt; g++)
+            gs[g] = kern_e8m0_half(e[g0 + g]);
+        nib_groups(w + g0 * 16, x + g0 * 32, cnt, kern_mxfp4_i8, gs, t);
+        for (int l = 0; l < 8; l++)
+            acc[l] += t[l];
+    }
+    return sum8(acc);
+}
+
+/* One output row: dot(W[r], x) in the matrix's format, in the lane order. */
+static float row_dot(const qmat *m, int r, const float *x) {
+    const int n = m->cols;
+    switch (m->type) {
+    case Q_F32:
+        return row_f32((const float *)m->w + (size_t)r * n, x, n);
+    case Q_I8:
+        return row_i8((const int8_t *)m->w + (size_t)r * n, x, n) * m->s[r];
+    case Q_I4:
+        return row_i4((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
+                      m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), x, n);
+    case Q_MXFP4:
+        return row_mxfp4((const uint8_t *)m->w + (size_t)r * (n / 2), m->e + (size_t)r * (n / Q_MXFP4_GROUP),
+                         x, n);
+    }
+    K3_ASSERT(!"unknown qmat type");
+    return 0.0f;
 }
 
 void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1) {

@@ -986,13 +986,14 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
         fail_all(p, fail, ud, st0);
         return;
     }
-    for (int g = 0; g < p->nseg; g++) {
+    for (int g = 0; g < p->nseg; g++) { /* every row handed out: the last, or each K3_LOGITS writes */
         const pass_seg *sg = &p->seg[g];
-        const float    *lg = b->logits + ((size_t)sg->lrow + (size_t)sg->lcnt - 1) * V;
-        const size_t    i  = model_first_nonfinite(lg, ST_F32, (size_t)V);
-        if (i < (size_t)V) {
+        const float    *lg = b->logits + (size_t)sg->lrow * V;
+        const size_t    ne = (size_t)sg->lcnt * V, i = model_first_nonfinite(lg, ST_F32, ne);
+        if (i < ne) {
             fail(ud, sg,
-                 k3_err(K3_ERR_NUMERIC, "logit %zu at position %d is not finite", i, sg->s->pos + sg->n - 1));
+                 k3_err(K3_ERR_NUMERIC, "logit %zu at position %d is not finite", i % (size_t)V,
+                        sg->s->pos + sg->n - sg->lcnt + (int)(i / (size_t)V)));
             seg_drop(p, g--, 0);
         }
     }

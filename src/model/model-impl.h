@@ -235,7 +235,7 @@ typedef struct fwd_pass {
  * holds a NaN or inf after one, leaves the pass, its columns compacted away), the K3_TRACE rows
  * per layer, then the final mix, norm and lm_head of
  * the rows each segment needs (its last, or every one while K3_LOGITS is set: b->logits rows
- * [lrow, lrow + lcnt)) and the check that its last logits are finite. A segment that leaves
+ * [lrow, lrow + lcnt)) and the check that those rows are finite. A segment that leaves
  * (K3_ABORTED, K3_ERR_NUMERIC) or fails with the pass (a layer's K3_ERR_IO, K3_ERR_NUMERIC,
  * K3_ERR_NOMEM: every one) is reported to fail(ud, seg, status) with the message current and
  * taken out of p->seg; the segments left are complete, for the caller to commit. */
