@@ -229,6 +229,8 @@ static const char *reason(int status) {
         return "Unsupported Media Type";
     case 417:
         return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
     case 431:
         return "Request Header Fields Too Large";
     case 500:
@@ -554,6 +556,7 @@ static void *req_main(void *arg) {
                   .v11       = x->head.v11,
                   .head_only = !strcmp(x->buf, "HEAD"),
                   .key       = x->key,
+                  .ip        = x->ip,
                   .method    = x->buf,
                   .path      = x->buf + x->head.target,
                   .body      = x->body,

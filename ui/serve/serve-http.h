@@ -79,6 +79,7 @@ typedef struct http_req {
     int         v11;       /* HTTP/1.1                                                   */
     int         head_only; /* HEAD: the response has no body                             */
     int         key;       /* its API key's index (0 when the server has none)           */
+    const char *ip;        /* the client's address as text (the per-address limits' key)  */
     const char *method;    /* NUL-terminated                                             */
     const char *path;      /* the target's path, %-decoded, without the query            */
     char       *body;      /* (body_n) malloc'd; the handler may free it and set NULL    */

@@ -37,8 +37,9 @@
  * Each request is answered once, with Connection: close. Errors are {"error": {"message",
  * "type", "param", "code"}} (param: the request field at fault, else null) with 400 (bad JSON, duplicate
  * keys, wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow),
- * 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
- * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 429 (a client
+ * address over its share of a full queue, with Retry-After), 431, 500, 503 (busy or queue full, with
+ * Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
@@ -82,6 +83,7 @@
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 #define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
+#define SERVE_ADDR_SHARE SERVE_MAX_N /* choices a client address may hold once the queue is full */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -106,6 +108,7 @@ typedef struct job {
     int         cut;     /* cancelled because another choice failed     */
     int         queued;  /* waiting in the FIFO for a slot              */
     unsigned    seq;     /* request number (logs)                       */
+    char        ip[64];  /* the client's address (its share of the queue) */
     char        id[48];  /* "chatcmpl-..."                              */
     long long   created; /* unix seconds                                */
     double      t0;      /* monotonic seconds at arrival                */
@@ -236,8 +239,9 @@ static void job_gone_locked(job *j) {
 static void job_fail_locked(job *j, int http, const char *type, const char *code, const char *msg);
 static void job_done_locked(job *j);
 
-/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
-static void job_expire_locked(job *j) {
+/* j leaves the FIFO answered with the error (http, type, code, msg): the engine never sees it.
+ * Lock held. */
+static void job_unqueue_locked(job *j, int http, const char *type, const char *code, const char *msg) {
     job **p = &srv.head, *prev = NULL;
     while (*p && *p != j)
         prev = *p, p = &(*p)->next;
@@ -248,12 +252,86 @@ static void job_expire_locked(job *j) {
         srv.tail = prev;
     srv.n_queued--;
     j->queued = 0;
+    job_fail_locked(j, http, type, code, msg);
+    job_done_locked(j); /* the engine's reference */
+}
+
+/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
+static void job_expire_locked(job *j) {
     char m[160];
     snprintf(m, sizeof m,
              "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
              srv.queue_secs);
-    job_fail_locked(j, 503, "server_error", "queue_timeout", m);
-    job_done_locked(j); /* the engine's reference: it never sees the job */
+    job_unqueue_locked(j, 503, "server_error", "queue_timeout", m);
+}
+
+/* ---- a client address's share ----------------------------------------------------------
+ *
+ * Fairness counts choices (jobs), not connections: one request of n 16 takes 16 places. While
+ * the queue has room every request is taken; once it is full, an address may hold at most
+ * SERVE_ADDR_SHARE choices queued and running. A request from an address within it takes the
+ * places of the newest queued requests of the addresses that hold the most beyond it (each
+ * answered 429 client_share), and one that would take its own address past it is refused with
+ * 429 client_share: one client cannot keep the others out, however it spreads its choices over
+ * requests and connections. */
+
+/* Choices ip holds, queued and running. Lock held. */
+static int addr_jobs_locked(const char *ip) {
+    int n = 0;
+    for (const job *q = srv.head; q; q = q->next)
+        n += !strcmp(q->ip, ip);
+    for (int i = 0; i < srv.n_slots; i++)
+        n += srv.slots[i].j && !strcmp(srv.slots[i].j->ip, ip);
+    return n;
+}
+
+/* The newest queued job of the address that holds the most choices beyond SERVE_ADDR_SHARE (how
+ * many in *held), NULL when none is over it. Lock held. */
+static job *share_victim_locked(int *held) {
+    job *v    = NULL;
+    int  most = SERVE_ADDR_SHARE;
+    for (job *q = srv.head; q; q = q->next) { /* each address once: at its first queued job */
+        const job *f = srv.head;
+        while (strcmp(f->ip, q->ip))
+            f = f->next;
+        if (f != q)
+            continue;
+        int h = addr_jobs_locked(q->ip);
+        if (h > most) {
+            most = h;
+            for (job *r = q; r; r = r->next)
+                if (!strcmp(r->ip, q->ip))
+                    v = r;
+        }
+    }
+    *held = most;
+    return v;
+}
+
+/* Room in the FIFO for n more jobs: the newest queued requests of the addresses over their share
+ * give way (429) until n fit. Whether they fit. Lock held. */
+static int share_make_room_locked(int n) {
+    int  held;
+    job *v;
+    while (srv.n_queued + n > srv.max_queue + (srv.n_slots - srv.n_active) &&
+           (v = share_victim_locked(&held))) {
+        char m[300];
+        snprintf(m, sizeof m,
+                 "the server's queue is full and this request gave way to one from another client: this "
+                 "client address held %d choices queued and running, more than its share of %d once the "
+                 "queue is full; retry later",
+                 held, SERVE_ADDR_SHARE);
+        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held,
+                  SERVE_ADDR_SHARE);
+        char id[sizeof v->id];
+        snprintf(id, sizeof id, "%s", v->id);
+        for (job *q = srv.head, *nx; q; q = nx) { /* every queued choice of that request */
+            nx = q->next;
+            if (!strcmp(q->id, id))
+                job_unqueue_locked(q, 429, "rate_limit_error", "client_share", m);
+        }
+    }
+    return srv.n_queued + n <= srv.max_queue + (srv.n_slots - srv.n_active);
 }
 
 /* ---- a request's jobs ------------------------------------------------------------------
@@ -950,7 +1028,7 @@ static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
     char extra[128] = "";
     if (allow)
         snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
-    else if (code == 503) /* busy or shutting down: try again in a while */
+    else if (code == 503 || code == 429) /* busy, shutting down, over a share: try again in a while */
         snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
     int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
     free(s);
@@ -1211,9 +1289,10 @@ static void chat_completions(http_req *con) {
      * side by side could reach the queue out of number order) */
     size_t gb = 0, budget = (size_t)srv.gram_mb << 20;
     for (int i = 0; i < g.n; i++) {
-        job *j     = g.j[i];
-        j->fd      = con->fd;
-        j->key     = con->key;
+        job *j = g.j[i];
+        j->fd  = con->fd;
+        j->key = con->key;
+        snprintf(j->ip, sizeof j->ip, "%s", con->ip ? con->ip : "");
         j->created = created;
         j->t0      = t0;
         j->refs    = 2; /* this connection + the worker */
@@ -1248,15 +1327,31 @@ static void chat_completions(http_req *con) {
                    alone ? "grammar_too_large" : "grammar_budget", m);
         return;
     }
-    /* free slots take theirs at once; a request of n choices needs room for all n */
-    if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active)) {
-        int q = srv.n_queued, a = srv.n_active;
+    /* free slots take theirs at once; a request of n choices needs room for all n; a full queue
+     * makes room for an address within its share (SERVE_ADDR_SHARE) */
+    int held = addr_jobs_locked(con->ip ? con->ip : "");
+    if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active) &&
+        (held + g.n > SERVE_ADDR_SHARE || !share_make_room_locked(g.n))) {
+        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > SERVE_ADDR_SHARE;
         group_drop_locked(&g);
-        char m[160];
-        snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
-                 q, srv.max_queue);
-        serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
-        send_error(con, 503, "server_error", "queue_full", m);
+        char m[300];
+        if (over)
+            snprintf(m, sizeof m,
+                     "too many choices from this client address: it holds %d queued and running, and this "
+                     "request's %d would pass its share of %d while the server's queue is full "
+                     "(K3_SERVE_QUEUE=%d); retry later",
+                     held, n, SERVE_ADDR_SHARE, srv.max_queue);
+        else
+            snprintf(m, sizeof m,
+                     "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later", q,
+                     srv.max_queue);
+        if (over)
+            serve_log("#%u 429: queue full, its address over its share (%d active, %d queued; it holds %d)",
+                      seq, a, q, held);
+        else
+            serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
+        send_error(con, over ? 429 : 503, over ? "rate_limit_error" : "server_error",
+                   over ? "client_share" : "queue_full", m);
         return;
     }
     for (int i = 0; i < g.n; i++) {
