@@ -97,22 +97,36 @@ typedef struct slp {
     json_t *o; /* {token, logprob, bytes, top_logprobs} */
 } slp;
 
+/* A request's body, parsed once and shared by its choices (a JSON tree of small values made n
+ * parses of up to SERVE_MAX_BODY each); what a choice has of its own, its seed and its stop
+ * strings' match, is the job's. Guarded by srv.mu. */
+typedef struct sbody {
+    sreq   r;
+    int    refs; /* its jobs                                                      */
+    int    live; /* of which may still run a turn on its grammar (the last frees it) */
+    size_t gram; /* bytes of its own grammar charged to srv.gram_held             */
+} sbody;
+
 typedef struct job {
-    sreq        r;
-    int         state;   /* J_*; all fields below are guarded by srv.mu */
-    int         refs;    /* connection + worker (+ streaming response)  */
-    int         gone;    /* the client disconnected                     */
-    int         fd;      /* the connection's socket; -1 once its thread has left */
-    int         key;     /* index of the request's API key (cache owner) */
-    int         index;   /* its choice: choices[index] of the request (n) */
-    int         cut;     /* cancelled because another choice failed     */
-    int         queued;  /* waiting in the FIFO for a slot              */
-    unsigned    seq;     /* request number (logs)                       */
-    char        ip[64];  /* the client's address (its share of the queue) */
-    char        id[48];  /* "chatcmpl-..."                              */
-    long long   created; /* unix seconds                                */
-    double      t0;      /* monotonic seconds at arrival                */
-    txt_buf     sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
+    sbody      *b;                       /* the request, shared by its choices                  */
+    sreq       *r;                       /* &b->r                                               */
+    uint64_t    seed;                    /* its sampling seed: the request's + index (vLLM's)   */
+    size_t      stop_q[SERVE_MAX_STOPS]; /* its answer's stop string match (sstop_feed) */
+    int         released;                /* its share of b's grammar given back (b->live)        */
+    int         state;                   /* J_*; all fields below are guarded by srv.mu */
+    int         refs;                    /* connection + worker (+ streaming response)  */
+    int         gone;                    /* the client disconnected                     */
+    int         fd;                      /* the connection's socket; -1 once its thread has left */
+    int         key;                     /* index of the request's API key (cache owner) */
+    int         index;                   /* its choice: choices[index] of the request (n) */
+    int         cut;                     /* cancelled because another choice failed     */
+    int         queued;                  /* waiting in the FIFO for a slot              */
+    unsigned    seq;                     /* request number (logs)                       */
+    char        ip[64];                  /* the client's address (its share of the queue) */
+    char        id[48];                  /* "chatcmpl-..."                              */
+    long long   created;                 /* unix seconds                                */
+    double      t0;                      /* monotonic seconds at arrival                */
+    txt_buf     sse;                     /* stream bytes not yet sent: [sse_off, sse.n)  */
     size_t      sse_off;
     int         role_sent; /* the first chunk (role) is in sse           */
     txt_buf     resp;      /* every response byte generated              */
@@ -187,32 +201,53 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The request's own grammar (a json_schema or tool-call one: gram_charge_locked counts it) goes,
- * and its bytes leave the server's total. Lock held. */
+/* j's turn is over (or never ran): its matcher's bytes leave the server's total, and with the
+ * last of its request's choices, the request's own grammar (a json_schema or tool-call one:
+ * gram_charge_locked counts it) goes and its bytes too. Lock held. */
 static void gram_release_locked(job *j) {
     srv.gram_held -= j->gram;
-    j->gram = 0;
-    if (j->r.fmt.own)
-        k3_grammar_free(j->r.fmt.g);
-    j->r.fmt.g   = NULL;
-    j->r.fmt.own = 0;
+    j->gram  = 0;
+    sbody *b = j->b;
+    if (j->released || --b->live > 0) {
+        j->released = 1;
+        return;
+    }
+    j->released = 1;
+    srv.gram_held -= b->gram;
+    b->gram = 0;
+    if (b->r.fmt.own)
+        k3_grammar_free(b->r.fmt.g);
+    b->r.fmt.g   = NULL;
+    b->r.fmt.own = 0;
 }
 
-/* Counts the bytes j's grammar holds now (its mask caches grow as the turn runs) and, once its
- * turn g runs (NULL before), that turn's matcher and mask (the json_object grammar, shared by
- * all, is not counted; its matchers are) in the server's total; the bytes. Lock held. */
+/* Counts the bytes j's request's grammar holds now (its mask caches grow as the turns run; once
+ * for all its choices) and, once its turn g runs (NULL before), that turn's matcher and mask (the
+ * json_object grammar, shared by all, is not counted; its matchers are) in the server's total;
+ * the bytes. Lock held. */
 static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
-    size_t b = (j->r.fmt.own ? k3_grammar_bytes(j->r.fmt.g) : 0) + k3_conv_gen_grammar_bytes(g);
-    srv.gram_held += b - j->gram;
-    j->gram = b;
-    return b;
+    sbody *b   = j->b;
+    size_t own = b->r.fmt.own ? k3_grammar_bytes(b->r.fmt.g) : 0, turn = k3_conv_gen_grammar_bytes(g);
+    srv.gram_held += own - b->gram;
+    b->gram = own;
+    srv.gram_held += turn - j->gram;
+    j->gram = turn;
+    return own + turn;
+}
+
+/* Drops j's share of its request (the last job frees it). Lock held. */
+static void body_unref_locked(job *j) {
+    if (--j->b->refs > 0)
+        return;
+    sreq_free(&j->b->r);
+    free(j->b);
 }
 
 static void job_unref_locked(job *j) {
     if (--j->refs > 0)
         return;
     gram_release_locked(j);
-    sreq_free(&j->r);
+    body_unref_locked(j);
     free(j->sse.p);
     free(j->resp.p);
     free(j->reasoning.p);
@@ -416,15 +451,15 @@ static void group_wait_step(jgroup *g) {
         group_cancel_locked(g, 1);
 }
 
-/* A request refused before it queued: its jobs go, their grammars' bytes with them; unlocks srv.mu. */
+/* A request refused before it queued: its jobs go, their grammar's bytes with them; unlocks srv.mu. */
 static void group_drop_locked(jgroup *g) {
-    for (int i = 0; i < g->n; i++)
-        gram_release_locked(g->j[i]);
-    pthread_mutex_unlock(&srv.mu);
     for (int i = 0; i < g->n; i++) {
-        sreq_free(&g->j[i]->r);
-        free(g->j[i]);
+        gram_release_locked(g->j[i]);
+        body_unref_locked(g->j[i]);
     }
+    pthread_mutex_unlock(&srv.mu);
+    for (int i = 0; i < g->n; i++)
+        free(g->j[i]);
     g->n = 0;
 }
 
@@ -474,13 +509,13 @@ static json_t *logprobs_obj(json_t *lp) {
 /* A chunk; lp: the logprobs entries of its text (taken; NULL: none), sent with logprobs on. */
 static json_t *chunk_lp(job *j, json_t *delta, const char *finish, json_t *lp) {
     json_t *o = answer_obj(j, "chat.completion.chunk");
-    if (!j->r.logprobs) /* logprobs: null when not asked, as OpenAI writes it */
+    if (!j->r->logprobs) /* logprobs: null when not asked, as OpenAI writes it */
         json_decref(lp), lp = NULL;
     json_object_set_new(o, "choices",
                         json_pack("[{s:i,s:o,s:o,s:o}]", "index", j->index, "delta", delta, "logprobs",
-                                  j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason",
+                                  j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason",
                                   finish ? json_string(finish) : json_null()));
-    if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
+    if (o && j->r->include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
         json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -492,7 +527,7 @@ static json_t *chunk(job *j, json_t *delta, const char *finish) {
 /* The entries whose text starts before byte `to` of the response (all: every one left), as a
  * JSON array, marked released; NULL with logprobs off. */
 static json_t *lp_take(job *j, size_t to, int all) {
-    if (!j->r.logprobs)
+    if (!j->r->logprobs)
         return NULL;
     json_t *a = json_array();
     for (; j->lp_sent < j->n_lp && (all || j->lp[j->lp_sent].at < to); j->lp_sent++)
@@ -507,7 +542,7 @@ static const char *const reasoning_keys[] = {"reasoning", "reasoning_content"};
 /* A delta of one field ("content" or "reasoning", the latter under both its names); the first
  * also carries the role. lp: the logprobs entries of the text (taken; NULL: none). */
 static void sse_delta(job *j, const char *field, const char *text, size_t n, json_t *lp) {
-    if (!j->r.stream || !n) {
+    if (!j->r->stream || !n) {
         json_decref(lp);
         return;
     }
@@ -551,13 +586,13 @@ static void release(job *j, size_t to) {
 static int stop_filter(job *j, int final) {
     const char *text = j->resp.p;
     size_t      n = j->resp.n, hold = 0, at = SIZE_MAX;
-    if (!j->r.stop.n || j->stopped) {
+    if (!j->r->stop.n || j->stopped) {
         if (!j->stopped)
             release(j, n);
         return j->stopped;
     }
     if (n > j->fed) /* no visible text yet: resp.p is NULL */
-        at = sstop_feed(&j->r.stop, text + j->fed, n - j->fed, j->fed, &hold);
+        at = sstop_feed(&j->r->stop, j->stop_q, text + j->fed, n - j->fed, j->fed, &hold);
     j->fed = n;
     if (at != SIZE_MAX) {
         release(j, at);
@@ -613,7 +648,7 @@ static json_t *lp_token(const k3_tok *tok, int32_t id, float logprob) {
 
 static void on_token(const k3_gen_token *t, void *ud) {
     job *j = ud;
-    if (!t->content || !j->r.logprobs)
+    if (!t->content || !j->r->logprobs)
         return;
     json_t *o = lp_token(t->tok, t->id, t->logprob), *top = json_array();
     for (int i = 0; i < t->n_top; i++)
@@ -650,7 +685,7 @@ static void on_tool_call(int index, const char *id, const char *name, const char
     } else if (n) {
         txt_buf_add(&j->cut_args, args, n);
     }
-    if (j->r.stream && (name || n)) {
+    if (j->r->stream && (name || n)) {
         if (!j->role_sent) {
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -730,7 +765,7 @@ static void job_fail_locked(job *j, int http, const char *type, const char *code
 
 /* Sets the slot's conversation up for j and begins its turn (engine thread, lock free). */
 static k3_status job_start(slot *sl, job *j) {
-    const sreq      *r = &j->r;
+    const sreq      *r = j->r;
     k3_conv_settings set;
     k3_status        st;
     if (!sl->s && (st = k3_session_new(srv.m, &sl->s)))
@@ -750,7 +785,7 @@ static k3_status job_start(slot *sl, job *j) {
     set.sampling.top_p              = r->top_p;
     set.sampling.top_k              = r->top_k;
     set.sampling.min_p              = r->min_p;
-    set.sampling.seed               = r->seed;
+    set.sampling.seed               = j->seed;
     set.sampling.presence_penalty   = r->presence_penalty;
     set.sampling.frequency_penalty  = r->frequency_penalty;
     set.sampling.repetition_penalty = r->repetition_penalty;
@@ -764,7 +799,7 @@ static k3_status job_start(slot *sl, job *j) {
         (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
-    k3_conv_set_turn_seed(sl->c, r->seed);
+    k3_conv_set_turn_seed(sl->c, j->seed);
     k3_conv_callbacks cb = {.on_think     = on_think,
                             .on_response  = on_response,
                             .ud           = j,
@@ -798,7 +833,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         if (!j->stopped)
             stop_filter(j, 1);
         json_t *rest = j->stopped ? NULL : lp_take(j, 0, 1); /* tokens that added no text at the end */
-        if (rest && json_array_size(rest) && j->r.stream) {
+        if (rest && json_array_size(rest) && j->r->stream) {
             if (!j->role_sent) {
                 j->role_sent = 1;
                 sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -849,7 +884,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     } else {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
     }
-    if (!j->http && j->r.stream) { /* the request's usage and [DONE] follow its last choice (stream_tail) */
+    if (!j->http && j->r->stream) { /* the request's usage and [DONE] follow its last choice (stream_tail) */
         if (!j->role_sent) {
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -865,7 +900,7 @@ static void log_job(const job *j) {
         serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, prefill window %d, %s, %.2f s "
                   "(%d active, "
                   "%d queued)",
-                  j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
+                  j->seq, j->r->stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
                   j->finish, dt, srv.n_active, srv.n_queued);
     else if (j->http == 499)
         serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
@@ -898,7 +933,7 @@ static slot *pick_slot(const job *j) {
         slot *sl = &srv.slots[i];
         if (sl->j)
             continue;
-        int keep = sl->key == j->key ? msgs_kept(sl->c, &j->r) : -1;
+        int keep = sl->key == j->key ? msgs_kept(sl->c, j->r) : -1;
         if (keep > best_keep || (keep == best_keep && sl->used < best->used)) {
             best      = sl;
             best_keep = keep;
@@ -1089,7 +1124,7 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
     if (f) /* failed mid-stream */
         o = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
                       "code", f->err_code);
-    else if (g->j[0]->r.include_usage) {
+    else if (g->j[0]->r->include_usage) {
         o = answer_obj(g->j[0], "chat.completion.chunk");
         json_object_set_new(o, "choices", json_array());
         json_object_set_new(o, "usage", usage_obj(g->j, g->n));
@@ -1201,17 +1236,17 @@ static json_t *choice_obj(const job *j) {
         if (!j->rel)
             json_object_set_new(msg, "content", json_null());
     }
-    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
+    for (int k = 0; k < 2 && (j->r->think || j->reasoning.n); k++)
         json_object_set_new(msg, reasoning_keys[k],
                             json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *lp = NULL;
-    if (j->r.logprobs) {
+    if (j->r->logprobs) {
         lp = json_array();
         for (int i = 0; i < j->lp_sent; i++)
             json_array_append(lp, j->lp[i].o);
     }
     return json_pack("{s:i,s:o,s:o,s:s}", "index", j->index, "message", msg, "logprobs",
-                     j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
+                     j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
 }
 
 static void chat_completions(http_req *con) {
@@ -1243,35 +1278,44 @@ static void chat_completions(http_req *con) {
                    json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", em);
         return;
     }
-    /* one job per choice: the body read again for each (a grammar and sampler of its own), choice
-     * i sampling with the given seed + i (vLLM's), else with a fresh seed of its own */
+    /* the body read once; one job per choice, sharing it (refs; live: its grammar), choice i
+     * sampling with the seed + i (vLLM's; a fresh seed when none is given) */
     static atomic_uint n_parsed;
     jgroup             g  = {.fd = con->fd, .v11 = con->v11};
     perr               e  = {{0}, {0}, {0}};
-    int                rc = 0;
-    for (int i = 0, want = 1; !rc && i < want; i++) {
+    sbody             *sb = calloc(1, sizeof *sb);
+    int                rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &sb->r, &e) : -2;
+    if (!rc && sb->r.n > srv.n_slots + srv.max_queue)
+        rc = serve_bad(&e, "invalid_value",
+                       "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
+                       "queues %d (K3_SERVE_QUEUE)",
+                       sb->r.n, srv.n_slots, srv.max_queue);
+    json_decref(b);
+    parse_turn(0);
+    for (int i = 0; !rc && i < sb->r.n; i++) {
         job *j = calloc(1, sizeof *j);
         if (!j) {
             rc = -2;
             break;
         }
         g.j[g.n++] = j;
+        j->b       = sb;
+        j->r       = &sb->r;
         j->index   = i;
-        rc         = sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &j->r, &e);
-        if (!rc && i == 0 && (want = j->r.n) > srv.n_slots + srv.max_queue)
-            rc = serve_bad(&e, "invalid_value",
-                           "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
-                           "queues %d (K3_SERVE_QUEUE)",
-                           want, srv.n_slots, srv.max_queue);
-        if (!rc && j->r.seeded)
-            j->r.seed = g.j[0]->r.seed + (uint64_t)i;
+        j->seed    = sb->r.seed + (uint64_t)i;
+        sb->refs++, sb->live++;
     }
-    json_decref(b);
-    parse_turn(0);
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
-        group_drop_locked(&g);
+        if (g.n) {
+            group_drop_locked(&g); /* the last job frees sb */
+        } else {
+            pthread_mutex_unlock(&srv.mu);
+            if (sb)
+                sreq_free(&sb->r);
+            free(sb);
+        }
         if (rc == -2) {
             send_error(con, 500, "server_error", "out_of_memory", "out of memory");
             return;
@@ -1287,7 +1331,7 @@ static void chat_completions(http_req *con) {
     /* numbered as they reach the queue, in the lock that appends them: the numbers of queued jobs
      * are their queue order (they were numbered before their requests were parsed, and two parsed
      * side by side could reach the queue out of number order) */
-    size_t gb = 0, budget = (size_t)srv.gram_mb << 20;
+    size_t held0 = srv.gram_held, budget = (size_t)srv.gram_mb << 20;
     for (int i = 0; i < g.n; i++) {
         job *j = g.j[i];
         j->fd  = con->fd;
@@ -1298,8 +1342,9 @@ static void chat_completions(http_req *con) {
         j->refs    = 2; /* this connection + the worker */
         j->seq     = ++srv.seq;
         snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, g.j[0]->seq);
-        gb += gram_charge_locked(j, NULL);
+        gram_charge_locked(j, NULL);
     }
+    size_t   gb  = srv.gram_held - held0; /* its grammar, once for its choices */
     unsigned seq = g.j[0]->seq;
     if (srv.stopping) {
         group_drop_locked(&g);
@@ -1366,7 +1411,7 @@ static void chat_completions(http_req *con) {
     }
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
-    int stream = g.j[0]->r.stream;
+    int stream = g.j[0]->r->stream;
     while (!group_done(&g) && !group_gone_locked(&g) && !(stream && group_pending(&g)))
         group_wait_step(&g);
     int streams = stream && group_pending(&g) && !g.gone;
