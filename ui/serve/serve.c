@@ -60,6 +60,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -431,17 +432,25 @@ static int group_gone_locked(jgroup *g) {
     return g->gone;
 }
 
-/* Wait up to 100 ms for progress on g's jobs, then check the client, the queue's time limit, and
- * whether a choice failed (the others are cancelled). Lock held. */
-static void group_wait_step(jgroup *g) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+/* Wait up to 100 ms for progress on g's jobs (wfd >= 0: for room to write on that socket, the
+ * lock released), then check the client, the queue's time limit, and whether a choice failed (the
+ * others are cancelled). Lock held. */
+static void group_wait_step(jgroup *g, int wfd) {
+    if (wfd >= 0) {
+        pthread_mutex_unlock(&srv.mu);
+        struct pollfd pf = {.fd = wfd, .events = POLLOUT};
+        poll(&pf, 1, 100);
+        pthread_mutex_lock(&srv.mu);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
     }
-    pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
     for (int i = 0; i < g->n; i++)
         if (g->j[i]->queued && now_s() - g->j[i]->t0 > srv.queue_secs)
             job_expire_locked(g->j[i]);
@@ -1141,30 +1150,39 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
 }
 
 /* The stream: the jobs' SSE bytes as they come (each chunk carries its choice's index), until all
- * are done or the client is gone. */
+ * are done or the client is gone. No write waits for the client: while the socket has not taken
+ * the bytes sent, the jobs' new bytes stay in their buffers (where SERVE_SSE_MAX counts what the
+ * client leaves unread) and this thread waits for room; once every choice is done, the rest and
+ * the end go to the gate's writer (http_stream_end), so a slow reader of a finished stream holds
+ * no request thread. */
 static void send_stream(http_req *con, jgroup *g) {
     txt_buf out = {0};
-    int     end = 0;
+    int     end = 0, ended = 0;
     if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
-            while (!group_pending(g) && !group_done(g) && !group_gone_locked(g))
-                group_wait_step(g);
+            int left = http_stream_left(con) > 0;
+            if (!group_gone_locked(g) && !group_done(g) && (left || !group_pending(g)))
+                group_wait_step(g, left ? con->fd : -1);
+            end   = group_gone_locked(g) || group_done(g);
             out.n = 0;
-            for (int i = 0; i < g->n; i++) {
+            for (int i = 0; i < g->n && (end || !left); i++) { /* the socket took the earlier bytes */
                 job *j = g->j[i];
                 if (j->sse.n > j->sse_off)
                     txt_buf_add(&out, j->sse.p + j->sse_off, j->sse.n - j->sse_off);
                 j->sse.n = j->sse_off = 0;
             }
-            end = group_gone_locked(g) || group_done(g);
             if (end && !g->gone)
                 stream_tail(g, &out);
             pthread_mutex_unlock(&srv.mu);
-            if (out.oom || (out.n && http_stream_write(con, out.p, out.n)) || end) {
-                end = end && !out.oom; /* out of memory: the stream is cut */
+            if (out.oom) /* out of memory: the stream is cut */
+                break;
+            if (end) {
+                ended = !g->gone && !http_stream_end(con, out.p, out.n);
                 break;
             }
+            if (out.n ? http_stream_write(con, out.p, out.n) : http_stream_flush(con))
+                break;
         }
     free(out.p);
     if (con->stalled == HTTP_STALL_QUIET) {
@@ -1173,9 +1191,7 @@ static void send_stream(http_req *con, jgroup *g) {
         con->stalled = HTTP_STALL_LOGGED; /* on_request says no more */
     }
     pthread_mutex_lock(&srv.mu);
-    if (end && !g->gone && !con->failed)
-        http_stream_end(con);
-    else
+    if (!ended)
         g->gone = 1, group_cancel_locked(g, 0); /* the response ended early: the client went away */
     for (int i = 0; i < g->n; i++)
         g->j[i]->fd = -1; /* the gate closes the socket: no shutdown of a number used again */
@@ -1413,7 +1429,7 @@ static void chat_completions(http_req *con) {
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     int stream = g.j[0]->r->stream;
     while (!group_done(&g) && !group_gone_locked(&g) && !(stream && group_pending(&g)))
-        group_wait_step(&g);
+        group_wait_step(&g, -1);
     int streams = stream && group_pending(&g) && !g.gone;
     if (!streams) /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
         for (int i = 0; i < g.n; i++)
