@@ -18,6 +18,8 @@
 #     its share of 16 choices: its extra request is answered 429 client_share naming the share
 #     (refused, or giving way to the other's, whichever came first), the other client's request
 #     waits in the queue and is answered once the stream ends;
+#   - the body is parsed once for a request's n choices (each choice parsed it again: n 16 with a
+#     4 MB message grew the server's peak RSS by 52 MB over n 1; now by nothing; not under ASan);
 #   - system_fingerprint is "fp_" and hex, in the answer and every chunk, the same after a restart;
 #   - the official OpenAI SDK for JavaScript (npm openai 5; SKIP without node/npm) reads n 3 plain
 #     and n 2 streamed (choices gathered by index).
@@ -246,6 +248,31 @@ out.stream = by;
         ok(srv4.poll() is None, "the server is still up")
         srv4.kill()
         srv4.wait()
+    # ---- the body is parsed once for all n choices: each choice parsed it again, so a request of n 16
+    # with a 4 MB message held 16 copies of it at once (the server's peak RSS grew by 52 MB over the same
+    # request with n 1; now by nothing). --parallel 1: the first choice's context error ends them all, so
+    # the engine's side is the same for n 1 and n 16.
+    if ASAN:
+        print("SKIP: peak RSS under AddressSanitizer (its own allocator)")
+    else:
+        srv5, port5, log5 = start("rss", "--parallel", "1", K3_SERVE_QUEUE="16")
+        ok(port5 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=16 starts")
+        if port5:
+            def hwm_mb():
+                with open("/proc/%d/status" % srv5.pid) as f:
+                    return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM")) / 1024
+            big = dict(messages=[{"role": "user", "content": "wo rd " * ((4 << 20) // 6)}], max_tokens=1)
+            for _ in range(2):  # the peak of everything but the copies: n 1, twice
+                st1, o1, _ = post_chat(port5, dict(big, n=1), timeout=300)
+            h0 = hwm_mb()
+            st, o, _ = post_chat(port5, dict(big, n=16), timeout=300)
+            grew = hwm_mb() - h0
+            code = lambda o: o.get("error", {}).get("code") if isinstance(o, dict) else o
+            ok(st == st1 == 400 and code(o) == code(o1) == "context_length_exceeded" and grew < 16,
+               "n 16 with a 4 MB message: the same context error as n 1, the server's peak RSS grew by %.1f MB over "
+               "it (< 16: one parse, not 16; %d %s)" % (grew, st, code(o)))
+            srv5.kill()
+            srv5.wait()
     serve_lib.sanitizer_clean(T)
 finally:
     serve_lib.kill_all(procs)
