@@ -25,7 +25,8 @@
  *   ACTIVE  served by a thread of its own (at most HTTP_MAX_CONN at once), which calls the
  *           handler (serve.c) with the checked request; the connection is out of epoll.
  *   SEND    a thread's whole response (http_respond) that the socket did not take at once,
- *           written by the gate as the client takes it (at most HTTP_SEND_BUDGET bytes in all,
+ *           or the rest of a finished stream (http_stream_end), written by the gate as the
+ *           client takes it (at most HTTP_SEND_BUDGET bytes in all,
  *           N_SEND connections; beyond, the thread writes it itself): a client that reads
  *           slowly holds a buffer, not one of the HTTP_MAX_CONN threads (64 slow readers held
  *           them all, and every other request waited for its 503). No byte taken for

@@ -23,10 +23,11 @@
  * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
- * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled and its connection shut down at once, so the thread blocked writing to it returns;
- * a write that sees no byte taken for K3_SERVE_SEND_SECS ends too); a plain one waits for the
- * end. Both wait in
+ * thread writes the job's bytes as the socket takes them, never waiting in a write (a client that
+ * leaves SERVE_SSE_MAX unread is cancelled and its connection shut down at once; one that takes no
+ * byte for K3_SERVE_SEND_SECS ends too), and once every choice is done hands what is left to the
+ * gate's writer (a slow reader of a finished stream holds no thread); a plain one waits for the
+ * end. A request's body is parsed once (sbody), its choices' jobs sharing it. Both wait in
  * 100 ms steps and read the socket (bytes after the request dropped; 0 = closed): a client that went away
  * cancels its job (k3_conv_cancel of its slot), queued or running.
  *
