@@ -18,6 +18,8 @@
 #     its share of 16 choices: its extra request is answered 429 client_share naming the share
 #     (refused, or giving way to the other's, whichever came first), the other client's request
 #     waits in the queue and is answered once the stream ends;
+#   - the slots take turns between client addresses: a request from B that comes while A's n 16
+#     choices wait joins the next slot free while A runs another (it waited for all 16);
 #   - the body is parsed once for a request's n choices (each choice parsed it again: n 16 with a
 #     4 MB message grew the server's peak RSS by 52 MB over n 1; now by nothing; not under ASan);
 #   - system_fingerprint is "fp_" and hex, in the answer and every chunk, the same after a restart;
@@ -248,6 +250,27 @@ out.stream = by;
         ok(srv4.poll() is None, "the server is still up")
         srv4.kill()
         srv4.wait()
+    # ---- admission takes turns between addresses: A's stream of n 16 on --parallel 2 (300 tokens a
+    # choice), then B's request: B joins a slot as soon as one frees while A runs another choice,
+    # ahead of A's later choices (it joined after all 16 of them, arrival order)
+    srv6, port6, log6 = start("turns", "--parallel", "2", K3_MAXT="65536", K3_SERVE_SCRIPT=hold)
+    ok(port6 is not None, "a --parallel 2 server starts")
+    if port6:
+        a, first = open_stream(port6, json.dumps(body(16, tokens=300, stream=True)), src="127.0.0.2")
+        res = {}
+        tb = threading.Thread(target=lambda: res.update(b=exchange(port6, req(
+            "POST", "/v1/chat/completions", json.dumps(body(1, tokens=3)).encode()), src="127.0.0.3", timeout=600)))
+        tb.start()
+        rest = serve_lib.read_rest(a, 600)
+        tb.join(600)
+        joins = [int(x) for x in re.findall(r"#(\d+) joins slot", read_text(log6))]
+        b_st = final(res.get("b", (b"", ""))[0])[0]
+        ok(b_st == 200 and (first + rest).count(b"data: [DONE]") == 1 and sorted(joins) == list(range(1, 18)) and
+           joins.index(17) < joins.index(16), "B's request (#17) joins a slot before A's last choice (#16), "
+           "not after all of A's (%d; join order %r)" % (b_st, joins))
+        srv6.kill()
+        srv6.wait()
+
     # ---- the body is parsed once for all n choices: each choice parsed it again, so a request of n 16
     # with a 4 MB message held 16 copies of it at once (the server's peak RSS grew by 52 MB over the same
     # request with n 1; now by nothing). --parallel 1: the first choice's context error ends them all, so

@@ -11,7 +11,8 @@
  * its request, queues a job per choice (n, each its own turn; jgroup) and waits. The engine thread runs
  * continuous batching over
  * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
- * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
+ * free slots at the next step, in arrival order but that a job whose client address runs fewer
+ * jobs goes first (admit_next_locked), every loop is one k3_conv_gen_step_batch over
  * the slots' turns (each decoding turn's next token plus a prompt window of the oldest
  * prefilling one, all in one batched engine feed), and a turn that is done leaves at once.
  * A slot's conversation gives the prompt cache: it keeps its messages when they are a prefix
@@ -86,6 +87,7 @@
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 #define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
 #define SERVE_ADDR_SHARE SERVE_MAX_N /* choices a client address may hold once the queue is full */
+#define SERVE_FAIR_SCAN 1024         /* queued jobs an admission looks over for the fairest */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -963,17 +965,47 @@ static void slot_release_locked(slot *sl, k3_status st) {
     job_done_locked(j);
 }
 
-/* Moves queued jobs into free slots, in arrival order (all of them answered 503 while
+/* Jobs ip runs in the slots. Lock held. */
+static int addr_running_locked(const char *ip) {
+    int n = 0;
+    for (int i = 0; i < srv.n_slots; i++)
+        n += srv.slots[i].j && !strcmp(srv.slots[i].j->ip, ip);
+    return n;
+}
+
+/* The queued job to admit next, NULL for the head (*prev: the one before it): the head when it is
+ * gone or the server stops (answered at once); else, of the first SERVE_FAIR_SCAN waiting, the
+ * oldest whose client address runs the fewest jobs, so that one client's n choices take turns in
+ * the slots with the other clients' requests rather than all going first. Lock held. */
+static job *admit_next_locked(job **prev) {
+    job *best = srv.head;
+    *prev     = NULL;
+    if (srv.stopping || best->gone)
+        return best;
+    int fewest = addr_running_locked(best->ip), k = 0;
+    for (job *p = best, *q = best->next; q && fewest > 0 && ++k < SERVE_FAIR_SCAN; p = q, q = q->next) {
+        int r = q->gone ? fewest : addr_running_locked(q->ip);
+        if (r < fewest)
+            fewest = r, best = q, *prev = p;
+    }
+    return best;
+}
+
+/* Moves queued jobs into free slots (admit_next_locked's order; all of them answered 503 while
  * stopping). Lock held; released while a turn begins. */
 static void admit_locked(void) {
     while (srv.head) {
-        job  *j  = srv.head;
+        job  *prev, *j = admit_next_locked(&prev);
         slot *sl = srv.stopping || j->gone ? NULL : pick_slot(j);
         if (!sl && !srv.stopping && !j->gone)
-            return; /* every slot busy: j waits at the head of the FIFO */
-        srv.head = j->next;
-        if (!srv.head)
-            srv.tail = NULL;
+            return; /* every slot busy: j waits */
+        if (prev)
+            prev->next = j->next;
+        else
+            srv.head = j->next;
+        if (srv.tail == j)
+            srv.tail = prev;
+        j->next = NULL;
         srv.n_queued--;
         j->queued = 0;
         if (!sl) {
