@@ -574,12 +574,14 @@ try:
            "saying why (%r)" % (held, "%.1f" % t_back if t_back is not None else "> %d" % HANG, why[:1]))
         u.close()
         # a client that reads slowly is served however slowly: 16 kB every 0.5 s, so the server's writes
-        # wait several times SEND s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB
-        # behind) but bytes are taken within every SEND s
+        # wait several times SEND s in all (1300 tokens, ~357 kB, ~160 kB of socket buffers, less than
+        # 256 kB behind; 1700 tokens were ~465 kB since every chunk carries system_fingerprint and
+        # logprobs, more than 256 kB behind when the turn ran faster than the reader: cancelled, on
+        # most runs) but bytes are taken within every SEND s
         u = socket.socket()
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
         u.connect(("127.0.0.1", nport))
-        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1700, stream=True), key=None))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1300, stream=True), key=None))
         got, t0 = b"", time.time()
         u.settimeout(0.5)
         while time.time() - t0 < HANG:
