@@ -121,9 +121,10 @@ def post_chat(port, body, timeout=60):
         return r.status, data, False
 
 
-def open_stream(port, data):
-    """A raw streaming request (data: the JSON text) whose first event has arrived: (socket, bytes so far)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+def open_stream(port, data, src=None):
+    """A raw streaming request (data: the JSON text; src: the client's address) whose first event
+    has arrived: (socket, bytes so far)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(src, 0) if src else None)
     s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\n\r\n%s" % (len(data), data)).encode())
     first = b""

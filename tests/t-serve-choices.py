@@ -12,6 +12,16 @@
 #     503, the running choice is cancelled at once, and its slot answers the next request;
 #   - a client that leaves a stream of n 3 (two running, one queued) cancels all three, and both
 #     slots then answer a request of n 2 (none leaked);
+#   - fairness counts choices per client address: one client's stream of n 16 on --parallel 1 with
+#     K3_SERVE_QUEUE=16 left one place, and its next request took it, so another address got 503
+#     queue_full (one connection kept everyone out). Now, the queue full, that client is held to
+#     its share of 16 choices: its extra request is answered 429 client_share naming the share
+#     (refused, or giving way to the other's, whichever came first), the other client's request
+#     waits in the queue and is answered once the stream ends;
+#   - the slots take turns between client addresses: a request from B that comes while A's n 16
+#     choices wait joins the next slot free while A runs another (it waited for all 16);
+#   - the body is parsed once for a request's n choices (each choice parsed it again: n 16 with a
+#     4 MB message grew the server's peak RSS by 52 MB over n 1; now by nothing; not under ASan);
 #   - system_fingerprint is "fp_" and hex, in the answer and every chunk, the same after a restart;
 #   - the official OpenAI SDK for JavaScript (npm openai 5; SKIP without node/npm) reads n 3 plain
 #     and n 2 streamed (choices gathered by index).
@@ -22,8 +32,10 @@ import os
 import re
 import time
 
+import threading
+
 import serve_lib
-from serve_lib import ok, open_stream, post_chat, read_text, sse_objects, start_server, wait_for
+from serve_lib import exchange, final, ok, open_stream, post_chat, read_text, req, sse_objects, start_server, wait_for
 
 B, T, K3, ASAN, env = serve_lib.setup()
 M = os.path.join(T, "m")
@@ -201,6 +213,89 @@ out.stream = by;
         ok(st == 200 and len(o.get("choices", [])) == 2, "both slots answer a request of n 2 afterwards (%d)" % st)
         srv3.kill()
         srv3.wait()
+    # ---- a client address's share of a full queue: A's stream of n 16 holds 1 slot and 15 of the 16
+    # queue places; A's next request and B's (another address) race for the last place: whichever
+    # comes second, A's is the one answered 429 client_share, and B's waits for the slot
+    srv4, port4, log4 = start("share", "--parallel", "1", K3_SERVE_QUEUE="16", K3_MAXT="65536",
+                              K3_SERVE_SCRIPT=hold)
+    ok(port4 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=16 starts")
+    if port4:
+        a, first = open_stream(port4, json.dumps(body(16, tokens=60000, stream=True)), src="127.0.0.2")
+        ok(b'"index":0' in first, "client A's stream of n 16 runs (choice 0 streams, 15 queued)")
+        res = {}
+
+        def ask(name, src):
+            out, how = exchange(port4, req("POST", "/v1/chat/completions", json.dumps(body(1, tokens=3)).encode()),
+                                src=src, timeout=300)
+            res[name] = final(out) + (how,)
+        ths = [threading.Thread(target=ask, args=(n, ip)) for n, ip in (("a2", "127.0.0.2"), ("b", "127.0.0.3"))]
+        for t in ths:
+            t.start()
+        ths[0].join(300)
+        st, hd, b = res.get("a2", (0, {}, b"", ""))[:3]
+        try:
+            e = json.loads(b)["error"]
+        except (ValueError, KeyError, TypeError):
+            e = {}
+        ok(st == 429 and e.get("code") == "client_share" and "share of 16" in e.get("message", "") and
+           hd.get("retry-after") == "5", "A's next request, the queue full: 429 client_share naming its share of "
+           "16, with Retry-After (%d %r %r)" % (st, hd, b[:300]))
+        ok(ths[1].is_alive() or res.get("b", (0,))[0] == 200,
+           "B's request is not refused: it waits in the queue (%r)" % (res.get("b", (0, {}, b""))[:3],))
+        a.close()  # A leaves: its 16 choices are cancelled and B's request runs
+        ths[1].join(300)
+        st, _, b = res.get("b", (0, {}, b"", ""))[:3]
+        ok(st == 200 and json.loads(b)["usage"]["completion_tokens"] == 3,
+           "B's request is answered once A's stream ends (%d %r)" % (st, b[:200]))
+        ok(srv4.poll() is None, "the server is still up")
+        srv4.kill()
+        srv4.wait()
+    # ---- admission takes turns between addresses: A's stream of n 16 on --parallel 2 (300 tokens a
+    # choice), then B's request: B joins a slot as soon as one frees while A runs another choice,
+    # ahead of A's later choices (it joined after all 16 of them, arrival order)
+    srv6, port6, log6 = start("turns", "--parallel", "2", K3_MAXT="65536", K3_SERVE_SCRIPT=hold)
+    ok(port6 is not None, "a --parallel 2 server starts")
+    if port6:
+        a, first = open_stream(port6, json.dumps(body(16, tokens=300, stream=True)), src="127.0.0.2")
+        res = {}
+        tb = threading.Thread(target=lambda: res.update(b=exchange(port6, req(
+            "POST", "/v1/chat/completions", json.dumps(body(1, tokens=3)).encode()), src="127.0.0.3", timeout=600)))
+        tb.start()
+        rest = serve_lib.read_rest(a, 600)
+        tb.join(600)
+        joins = [int(x) for x in re.findall(r"#(\d+) joins slot", read_text(log6))]
+        b_st = final(res.get("b", (b"", ""))[0])[0]
+        ok(b_st == 200 and (first + rest).count(b"data: [DONE]") == 1 and sorted(joins) == list(range(1, 18)) and
+           joins.index(17) < joins.index(16), "B's request (#17) joins a slot before A's last choice (#16), "
+           "not after all of A's (%d; join order %r)" % (b_st, joins))
+        srv6.kill()
+        srv6.wait()
+
+    # ---- the body is parsed once for all n choices: each choice parsed it again, so a request of n 16
+    # with a 4 MB message held 16 copies of it at once (the server's peak RSS grew by 52 MB over the same
+    # request with n 1; now by nothing). --parallel 1: the first choice's context error ends them all, so
+    # the engine's side is the same for n 1 and n 16.
+    if ASAN:
+        print("SKIP: peak RSS under AddressSanitizer (its own allocator)")
+    else:
+        srv5, port5, log5 = start("rss", "--parallel", "1", K3_SERVE_QUEUE="16")
+        ok(port5 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=16 starts")
+        if port5:
+            def hwm_mb():
+                with open("/proc/%d/status" % srv5.pid) as f:
+                    return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM")) / 1024
+            big = dict(messages=[{"role": "user", "content": "wo rd " * ((4 << 20) // 6)}], max_tokens=1)
+            for _ in range(2):  # the peak of everything but the copies: n 1, twice
+                st1, o1, _ = post_chat(port5, dict(big, n=1), timeout=300)
+            h0 = hwm_mb()
+            st, o, _ = post_chat(port5, dict(big, n=16), timeout=300)
+            grew = hwm_mb() - h0
+            code = lambda o: o.get("error", {}).get("code") if isinstance(o, dict) else o
+            ok(st == st1 == 400 and code(o) == code(o1) == "context_length_exceeded" and grew < 16,
+               "n 16 with a 4 MB message: the same context error as n 1, the server's peak RSS grew by %.1f MB over "
+               "it (< 16: one parse, not 16; %d %s)" % (grew, st, code(o)))
+            srv5.kill()
+            srv5.wait()
     serve_lib.sanitizer_clean(T)
 finally:
     serve_lib.kill_all(procs)

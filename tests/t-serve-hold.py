@@ -6,6 +6,11 @@
 #     other client waited in the gate for its 503 server_busy. Now what the socket does not take
 #     is written by the gate's event loop: the threads come back, another client is answered, and
 #     a slow reader that reads at last gets its whole answer;
+#   - the same with 70 streams (90 tokens with top_logprobs 20: ~200 kB, more than the sockets
+#     hold, less than the unread bytes that cancel a stream): each stream's thread wrote it to the
+#     end, blocked on the client, so 64 slow stream readers held every request thread; now the
+#     finished tail goes to the gate's writer: another client is answered, and a slow stream
+#     reader that reads at last gets its whole stream (every token's chunk, [DONE], the chunked end);
 #   - a client that connects while the server lingers on answered connections at shutdown
 #     (SIGTERM) crashed it: the listening socket's event was taken for a connection's, an index
 #     past the records' end. Clients connect in a loop across the stop; the server exits 0.
@@ -30,58 +35,84 @@ try:
     hold = os.path.join(T, "hold.txt")
     with open(hold, "w") as f:
         f.write("la " * 40000)
-    srv, port, log = start_server(K3, M, T, env, procs, "hold", ["--serve", "127.0.0.1:0", "--parallel", "8"],
-                                  K3_SERVE_QUEUE="100", K3_SERVE_SEND_SECS="3600", K3_MAXT="4096",
-                                  K3_SERVE_SCRIPT=hold)
-    ok(port is not None, "a server with K3_SERVE_SEND_SECS=3600 starts")
-    if port is None:
-        raise SystemExit(1)
-    body = json.dumps(dict(messages=[{"role": "user", "content": "x"}], max_tokens=300, logprobs=True,
-                           top_logprobs=20, reasoning_effort="none"))
-    req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-           "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode()
-    socks = []
-    for i in range(N_ATTACK):  # from 35 addresses: the gate's per-address limits are not what is tested
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.bind(("127.0.0.%d" % (2 + i % 35), 0))
-        s.settimeout(60)
-        s.connect(("127.0.0.1", port))
-        s.sendall(req)
-        socks.append(s)
-    answered = lambda: read_text(log).count(" 200: ")
-    ok(wait_for(lambda: answered() >= 64, 600), "64 of the slow readers' answers are made (%d)" % answered())
-    t0 = time.time()
-    st, o, _ = post_chat(port, dict(messages=[{"role": "user", "content": "y"}], max_tokens=2), timeout=120)
-    ok(st == 200, "another client is answered while 64 slow readers have not read their answers (%d %s, %.1f s)"
-       % (st, json.dumps(o)[:160] if isinstance(o, dict) else o[:160], time.time() - t0))
-    ok(wait_for(lambda: answered() >= N_ATTACK + 1, 300), "all %d slow readers' answers are made (%d)"
-       % (N_ATTACK, answered() - 1))
-    names = [open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip() for t in os.listdir("/proc/%d/task" % srv.pid)]
-    ok(names.count("k3-request") == 0 or wait_for(lambda: not any(
-        open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip() == "k3-request"
-        for t in os.listdir("/proc/%d/task" % srv.pid)), 60), "no request thread is left waiting on them")
-    buf = b""
-    s = socks[0]
-    try:  # the first one reads at last: its whole answer, as the gate wrote it
-        while True:
-            b = s.recv(1 << 20)
-            if not b:
-                break
-            buf += b
-    except OSError as e:
-        buf += b"<%s>" % str(e).encode()
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    try:
-        lp = json.loads(rest)["choices"][0]["logprobs"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        lp = []
-    ok(head.startswith(b"HTTP/1.1 200") and len(lp) == 300, "a slow reader that reads gets its whole answer "
-       "(%d bytes, %d logprobs entries)" % (len(rest), len(lp)))
-    for s in socks:
-        s.close()
-    srv.kill()
-    srv.wait()
+
+    def slow_readers(name, stream, n_tok):
+        """70 clients ask for n_tok tokens with top_logprobs 20 and do not read; another client is
+        answered; the first slow reader then reads its whole answer."""
+        srv, port, log = start_server(K3, M, T, env, procs, name, ["--serve", "127.0.0.1:0", "--parallel", "8"],
+                                      K3_SERVE_QUEUE="100", K3_SERVE_SEND_SECS="3600", K3_MAXT="4096",
+                                      K3_SERVE_SCRIPT=hold)
+        what = "stream" if stream else "answer"
+        ok(port is not None, "%s: a server with K3_SERVE_SEND_SECS=3600 starts" % name)
+        if port is None:
+            return
+        body = json.dumps(dict(messages=[{"role": "user", "content": "x"}], max_tokens=n_tok, logprobs=True,
+                               top_logprobs=20, reasoning_effort="none", stream=stream))
+        req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode()
+        socks = []
+        for i in range(N_ATTACK):  # from 35 addresses: the gate's per-address limits are not what is tested
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind(("127.0.0.%d" % (2 + i % 35), 0))
+            s.settimeout(60)
+            s.connect(("127.0.0.1", port))
+            s.sendall(req)
+            socks.append(s)
+        answered = lambda: read_text(log).count(" 200 stream: " if stream else " 200: ")
+        ok(wait_for(lambda: answered() >= 64, 600), "64 of the slow readers' %ss are made (%d)" % (what, answered()))
+        t0 = time.time()
+        st, o, _ = post_chat(port, dict(messages=[{"role": "user", "content": "y"}], max_tokens=2), timeout=120)
+        ok(st == 200, "another client is answered while 64 slow readers have not read their %ss (%d %s, %.1f s)"
+           % (what, st, json.dumps(o)[:160] if isinstance(o, dict) else o[:160], time.time() - t0))
+        others = 0 if stream else 1  # the other client's answer is a plain one
+        ok(wait_for(lambda: answered() >= N_ATTACK + others, 300), "all %d slow readers' %ss are made (%d)"
+           % (N_ATTACK, what, answered() - others))
+        comm = lambda: [open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip()
+                        for t in os.listdir("/proc/%d/task" % srv.pid)]
+        ok(wait_for(lambda: "k3-request" not in comm(), 60), "no request thread is left waiting on them")
+        buf = b""
+        s = socks[0]
+        try:  # the first one reads at last: its whole answer, as the gate wrote it
+            while True:
+                b = s.recv(1 << 20)
+                if not b:
+                    break
+                buf += b
+        except OSError as e:
+            buf += b"<%s>" % str(e).encode()
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        if stream:  # chunked: size CRLF data CRLF ... 0 CRLF CRLF
+            data, ended, r = b"", False, rest
+            while r:
+                size, _, r = r.partition(b"\r\n")
+                try:
+                    k = int(size, 16)
+                except ValueError:
+                    break
+                if k == 0:
+                    ended = r == b"\r\n"
+                    break
+                data, r = data + r[:k], r[k + 2:]
+            ev, _ = serve_lib.sse_objects(data.decode(errors="replace"))
+            lp = [x for e in ev for c in e.get("choices", []) for x in ((c.get("logprobs") or {}).get("content") or [])]
+            ok(head.startswith(b"HTTP/1.1 200") and ended and data.rstrip().endswith(b"data: [DONE]") and
+               len(lp) == n_tok and len(rest) > 150000, "a slow stream reader that reads gets its whole stream "
+               "(%d bytes, %d logprobs entries, [DONE] and the chunked end: %s)" % (len(rest), len(lp), ended))
+        else:
+            try:
+                lp = json.loads(rest)["choices"][0]["logprobs"]["content"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                lp = []
+            ok(head.startswith(b"HTTP/1.1 200") and len(lp) == n_tok, "a slow reader that reads gets its whole "
+               "answer (%d bytes, %d logprobs entries)" % (len(rest), len(lp)))
+        for s in socks:
+            s.close()
+        srv.kill()
+        srv.wait()
+
+    slow_readers("hold", False, 300)
+    slow_readers("holds", True, 90)
 
     # ---- SIGTERM while answered connections linger, with clients connecting all along
     srv2, port2, log2 = start_server(K3, M, T, env, procs, "stop", ["--serve", "127.0.0.1:0"])

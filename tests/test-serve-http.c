@@ -5,8 +5,9 @@
  * it trimmed (Content-Length "2 ", an Authorization with trailing white space); Expect other
  * than 100-continue is 417, and 100-continue without a body asks for no "100 Continue";
  * http_clean escapes once (a backslash stays one). The stop strings' matcher (serve-req.c,
- * sstop_feed) gives, over random texts fed in random pieces, what a search of the whole text
- * gives: the earliest stop string that ends in the new bytes, and the longest end of the text
+ * sstop_feed) gives, over random texts fed in random pieces (two at a time through the same
+ * strings, each with its own match state, as a request's choices share them), what a search of
+ * the whole text gives: the earliest stop string that ends in the new bytes, and the longest end of the text
  * that begins one (the part a stream holds back). Integers past int64 in a body (serve-req.c,
  * sreq_big_ints): reals inside a JSON Schema, else a 400 naming the field and the limit. */
 #include "serve-http.h"
@@ -54,16 +55,22 @@ static int stop_rounds(int rounds, int *matches) {
             if (sstop_add(&st, s, len))
                 return -1;
         }
-        size_t n = 0;
-        while (n < sizeof text - 5) {
-            size_t piece = 1 + (size_t)(rand() % 5), hold, want_hold;
+        /* two texts fed in turns through the same strings, each with its own match state (the
+         * choices of one request share its stop strings) */
+        char   text2[200];
+        size_t n = 0, n2 = 0, q[SERVE_MAX_STOPS] = {0}, q2[SERVE_MAX_STOPS] = {0};
+        while (n < sizeof text - 5 || n2 < sizeof text2 - 5) {
+            int     two = n >= sizeof text - 5 || (n2 < sizeof text2 - 5 && rand() % 2);
+            char   *t   = two ? text2 : text;
+            size_t *at = two ? &n2 : &n, *qs = two ? q2 : q;
+            size_t  piece = 1 + (size_t)(rand() % 5), hold, want_hold;
             for (size_t i = 0; i < piece; i++)
-                text[n + i] = (char)('a' + rand() % abc);
-            size_t got  = sstop_feed(&st, text + n, piece, n, &hold);
-            size_t want = stop_ref(&st, text, n, n + piece, &want_hold);
+                t[*at + i] = (char)('a' + rand() % abc);
+            size_t got  = sstop_feed(&st, qs, t + *at, piece, *at, &hold);
+            size_t want = stop_ref(&st, t, *at, *at + piece, &want_hold);
             bad += got != want || hold != want_hold;
             *matches += got != SIZE_MAX;
-            n += piece;
+            *at += piece;
         }
         for (int k = 0; k < st.n; k++) {
             free(st.s[k]);

@@ -25,7 +25,8 @@
  *   ACTIVE  served by a thread of its own (at most HTTP_MAX_CONN at once), which calls the
  *           handler (serve.c) with the checked request; the connection is out of epoll.
  *   SEND    a thread's whole response (http_respond) that the socket did not take at once,
- *           written by the gate as the client takes it (at most HTTP_SEND_BUDGET bytes in all,
+ *           or the rest of a finished stream (http_stream_end), written by the gate as the
+ *           client takes it (at most HTTP_SEND_BUDGET bytes in all,
  *           N_SEND connections; beyond, the thread writes it itself): a client that reads
  *           slowly holds a buffer, not one of the HTTP_MAX_CONN threads (64 slow readers held
  *           them all, and every other request waited for its 503). No byte taken for
@@ -229,6 +230,8 @@ static const char *reason(int status) {
         return "Unsupported Media Type";
     case 417:
         return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
     case 431:
         return "Request Header Fields Too Large";
     case 500:
@@ -554,6 +557,7 @@ static void *req_main(void *arg) {
                   .v11       = x->head.v11,
                   .head_only = !strcmp(x->buf, "HEAD"),
                   .key       = x->key,
+                  .ip        = x->ip,
                   .method    = x->buf,
                   .path      = x->buf + x->head.target,
                   .body      = x->body,
@@ -562,6 +566,7 @@ static void *req_main(void *arg) {
     x->body    = NULL;
     g->handler(g->cls, &q);
     free(q.body);
+    free(q.pend);
     fcntl(x->fd, F_SETFL, fl | O_NONBLOCK);
     pthread_mutex_lock(&g->mu);
     g->n_taking -= q.rest != NULL;
@@ -569,7 +574,8 @@ static void *req_main(void *arg) {
         x->out     = q.rest;
         x->out_off = q.rest_off;
         x->out_n   = q.rest_n;
-        x->outq    = -1;
+        if (ioctl(x->fd, SIOCOUTQ, &x->outq)) /* the deadline's check: acknowledged since? */
+            x->outq = -1;
         set_state(g, x, R_SEND, g->rules.send_secs);
         ep_watch(g, x, EPOLL_CTL_ADD);
     } else {
@@ -754,31 +760,44 @@ static void *gate_main(void *arg) {
  * then and is served however slowly; one that stopped reading acknowledges nothing. A connection
  * shut down by another thread (serve.c, a stream cancelled for its unread backlog) fails the
  * write at once. */
-static int send_all(http_req *q, const char *p, size_t n) {
-    double t_taken = mono();
-    int    outq    = -1;
-    while (n && !q->failed) {
-        ssize_t k = send(q->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+/* What the socket takes of p[0..n) now, without waiting; when it takes nothing, the rule above
+ * (q->t_taken: when a byte was last taken; q->outq: the socket's unacknowledged bytes then).
+ * Bytes taken; q->failed set when the client is gone or took no byte for send_secs. */
+static size_t send_now(http_req *q, const char *p, size_t n) {
+    size_t done = 0;
+    while (done < n && !q->failed) {
+        ssize_t k = send(q->fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k > 0) {
-            p += k, n -= (size_t)k;
-            t_taken = mono();
+            done += (size_t)k;
+            q->t_taken = mono();
         } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            struct pollfd pf = {.fd = q->fd, .events = POLLOUT};
-            poll(&pf, 1, 250);
             int now_q;
             if (!ioctl(q->fd, SIOCOUTQ, &now_q)) {
-                if (outq >= 0 && now_q < outq)
-                    t_taken = mono(); /* the client acknowledged bytes: it reads */
-                outq = now_q;
+                if (q->outq >= 0 && now_q < q->outq)
+                    q->t_taken = mono(); /* the client acknowledged bytes: it reads */
+                q->outq = now_q;
             }
-            if (mono() - t_taken > q->send_secs) { /* no byte taken for send_secs */
+            if (mono() - q->t_taken > q->send_secs) { /* no byte taken for send_secs */
                 q->failed  = 1;
                 q->stalled = HTTP_STALL_QUIET;
             }
+            break;
         } else {
             q->failed = 1; /* gone, or shut down */
         }
     }
+    return done;
+}
+
+static int send_all(http_req *q, const char *p, size_t n) {
+    q->t_taken = mono();
+    q->outq    = -1;
+    for (size_t k; n && !q->failed; p += k, n -= k)
+        if ((k = send_now(q, p, n)) < n && !q->failed) {
+            struct pollfd pf = {.fd = q->fd, .events = POLLOUT};
+            poll(&pf, 1, 250);
+        }
     return q->failed ? -1 : 0;
 }
 
@@ -835,34 +854,87 @@ int http_respond(http_req *q, int status, const char *ctype, const char *extra, 
     return rc;
 }
 
+/* ---- a stream: written as the socket takes it, its end by the gate ------------------------------ */
+
+/* Appends p[0..n) to the stream's bytes not yet sent, as a chunk when chunked (raw: framed
+ * as they are); fin: and the end of the body. -1 when out of memory. */
+static int pend_add(http_req *q, const char *p, size_t n, int raw, int fin) {
+    if (q->head_only)
+        return 0;
+    int    chunk = q->chunked && !raw && n;
+    size_t need  = q->pend_n + n + (chunk ? 32 : 0) + (fin && q->chunked ? 5 : 0);
+    if (need > q->pend_cap) {
+        size_t cap = q->pend_cap ? q->pend_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        char *nb = realloc(q->pend, cap);
+        if (!nb)
+            return -1;
+        q->pend = nb, q->pend_cap = cap;
+    }
+    if (q->pend_off == q->pend_n) { /* the stall rule starts with the first byte waiting */
+        q->t_taken = mono();
+        q->outq    = -1;
+    }
+    if (chunk)
+        q->pend_n += (size_t)snprintf(q->pend + q->pend_n, 32, "%zx\r\n", n);
+    if (n)
+        memcpy(q->pend + q->pend_n, p, n);
+    q->pend_n += n;
+    if (chunk)
+        memcpy(q->pend + q->pend_n, "\r\n", 2), q->pend_n += 2;
+    if (fin && q->chunked)
+        memcpy(q->pend + q->pend_n, "0\r\n\r\n", 5), q->pend_n += 5;
+    return 0;
+}
+
+int http_stream_flush(http_req *q) {
+    q->pend_off += send_now(q, q->pend + q->pend_off, q->pend_n - q->pend_off);
+    if (q->pend_off == q->pend_n)
+        q->pend_off = q->pend_n = 0;
+    return q->failed ? -1 : 0;
+}
+
+size_t http_stream_left(const http_req *q) {
+    return q->pend_n - q->pend_off;
+}
+
 int http_stream_begin(http_req *q, int status, const char *ctype, const char *extra) {
     if (q->sent || q->failed)
         return -1;
     q->sent    = 1;
     q->chunked = q->v11;
     char out[1024];
-    int  hn = head_text(out, sizeof out, q, status, ctype, extra, -1);
-    return hn < 0 ? (q->failed = 1, -1) : send_all(q, out, (size_t)hn);
+    int  hn      = head_text(out, sizeof out, q, status, ctype, extra, -1);
+    int  ho      = q->head_only;
+    q->head_only = 0; /* the head goes out whatever the method */
+    int rc       = hn < 0 ? -1 : pend_add(q, out, (size_t)hn, 1, 0);
+    q->head_only = ho;
+    return rc ? (q->failed = 1, -1) : http_stream_flush(q);
 }
 
 int http_stream_write(http_req *q, const char *p, size_t n) {
-    if (!n || q->head_only)
-        return q->failed ? -1 : 0;
-    if (!q->chunked)
-        return send_all(q, p, n);
-    char *out = malloc(n + 32);
-    if (!out)
-        return q->failed = 1, -1;
-    int k = snprintf(out, 32, "%zx\r\n", n);
-    memcpy(out + k, p, n);
-    memcpy(out + k + n, "\r\n", 2);
-    int rc = send_all(q, out, (size_t)k + n + 2);
-    free(out);
-    return rc;
+    if (q->failed)
+        return -1;
+    return pend_add(q, p, n, 0, 0) ? (q->failed = 1, -1) : http_stream_flush(q);
 }
 
-int http_stream_end(http_req *q) {
-    return q->chunked && !q->head_only ? send_all(q, "0\r\n\r\n", 5) : (q->failed ? -1 : 0);
+int http_stream_end(http_req *q, const char *p, size_t n) {
+    if (q->failed || pend_add(q, p, n, 0, 1))
+        return q->failed = 1, -1;
+    if (http_stream_flush(q) || !http_stream_left(q))
+        return q->failed ? -1 : 0;
+    if (q->rec && gate_take(((hrec *)q->rec)->g, q->pend_n)) { /* the gate writes the rest */
+        q->rest     = q->pend;
+        q->rest_off = q->pend_off;
+        q->rest_n   = q->pend_n;
+        q->pend     = NULL;
+        q->pend_off = q->pend_n = q->pend_cap = 0;
+        return 0;
+    }
+    int rc      = send_all(q, q->pend + q->pend_off, q->pend_n - q->pend_off);
+    q->pend_off = q->pend_n = 0;
+    return rc;
 }
 
 /* ---- the gate's life ----------------------------------------------------------------------------- */

@@ -79,6 +79,7 @@ typedef struct http_req {
     int         v11;       /* HTTP/1.1                                                   */
     int         head_only; /* HEAD: the response has no body                             */
     int         key;       /* its API key's index (0 when the server has none)           */
+    const char *ip;        /* the client's address as text (the per-address limits' key)  */
     const char *method;    /* NUL-terminated                                             */
     const char *path;      /* the target's path, %-decoded, without the query            */
     char       *body;      /* (body_n) malloc'd; the handler may free it and set NULL    */
@@ -90,6 +91,10 @@ typedef struct http_req {
     void       *rec;              /* the gate's record of the connection (serve-gate.c)            */
     char       *rest;             /* (rest_n) a whole response the gate writes once the handler returns */
     size_t      rest_off, rest_n; /* of which sent by the thread                          */
+    char       *pend;             /* (pend_n of pend_cap) a stream's bytes, framed, sent up to pend_off */
+    size_t      pend_off, pend_n, pend_cap;
+    double      t_taken; /* monotonic seconds a byte of the response was last taken          */
+    int         outq;    /* the socket's unacknowledged bytes when it last took none (-1: unknown) */
 } http_req;
 
 /* Answers q (a thread of the layer's; may block). Returns when the response is written. */
@@ -101,10 +106,19 @@ typedef void (*http_handler)(void *cls, http_req *q);
  * else written here as a stream is), so a client that reads slowly holds no thread. 0, or -1
  * when the client is gone. */
 int http_respond(http_req *q, int status, const char *ctype, const char *extra, const char *body, size_t n);
-/* A response whose body comes in pieces: chunked on HTTP/1.1, until the close on 1.0. */
-int http_stream_begin(http_req *q, int status, const char *ctype, const char *extra);
-int http_stream_write(http_req *q, const char *p, size_t n);
-int http_stream_end(http_req *q);
+/* A response whose body comes in pieces: chunked on HTTP/1.1, until the close on 1.0. Nothing
+ * waits for the client: begin and write queue the bytes and send what the socket takes now;
+ * http_stream_flush sends more of them (when the socket has room: poll the fd for POLLOUT while
+ * http_stream_left says bytes wait); http_stream_end queues the last bytes p[0..n) and the end,
+ * and what the socket does not take then is written by the gate's event loop after the handler
+ * returns (as http_respond's: its thread is free), so a client that reads a finished stream
+ * slowly holds no thread. Each returns -1 once the client is gone or took no byte of the bytes
+ * waiting for send_secs (q->stalled), else 0. */
+int    http_stream_begin(http_req *q, int status, const char *ctype, const char *extra);
+int    http_stream_write(http_req *q, const char *p, size_t n);
+int    http_stream_flush(http_req *q);
+size_t http_stream_left(const http_req *q);
+int    http_stream_end(http_req *q, const char *p, size_t n);
 
 typedef struct http_gate http_gate;
 

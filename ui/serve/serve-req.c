@@ -58,18 +58,17 @@ int sstop_add(sstop *st, const char *p, size_t n) {
         f[i] = (uint32_t)q;
     }
     st->len[k] = n;
-    st->q[k]   = 0;
     st->n++;
     return 0;
 }
 
-size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold) {
+size_t sstop_feed(const sstop *st, size_t *qs, const char *p, size_t n, size_t at, size_t *hold) {
     size_t first = SIZE_MAX;
     *hold        = 0;
     for (int k = 0; k < st->n; k++) {
         const char     *s = st->s[k];
         const uint32_t *f = st->fail[k];
-        size_t          q = st->q[k], len = st->len[k];
+        size_t          q = qs[k], len = st->len[k];
         for (size_t i = 0; i < n; i++) {
             while (q && p[i] != s[q])
                 q = f[q - 1];
@@ -80,8 +79,8 @@ size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold) {
                 q = f[len - 1];
             }
         }
-        st->q[k] = q;
-        *hold    = q > *hold ? q : *hold;
+        qs[k] = q;
+        *hold = q > *hold ? q : *hold;
     }
     return first;
 }

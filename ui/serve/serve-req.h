@@ -45,17 +45,18 @@ typedef struct sstop {
     size_t    len[SERVE_MAX_STOPS];  /* their byte lengths                                 */
     uint32_t *fail[SERVE_MAX_STOPS]; /* (len) KMP failure function: fail[i] = the longest
                                       * proper prefix of s[0..i] that also ends it         */
-    size_t q[SERVE_MAX_STOPS];       /* bytes of s matched by the end of the text fed      */
-    int    n;
+    int n;
 } sstop;
 
 /* Adds the string p[0..n) (n >= 1) to st. 0, or -1 when out of memory. */
 int sstop_add(sstop *st, const char *p, size_t n);
 
-/* Feeds the text's next bytes p[0..n), which start at byte `at` of the text. Returns the text
+/* Feeds the text's next bytes p[0..n), which start at byte `at` of the text; q[k] (one per
+ * string, 0 before the first byte) is how much of string k the text fed so far ends with: the
+ * state of one answer's match (a request's choices share st, each with its own q). Returns the text
  * offset where the earliest stop string that ends in them starts, or SIZE_MAX when none does;
  * *hold gets the length of the longest end of the text that is a stop string's beginning. */
-size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold);
+size_t sstop_feed(const sstop *st, size_t *q, const char *p, size_t n, size_t at, size_t *hold);
 
 typedef struct sreq {
     smsg          *msgs; /* (n_msgs) */
@@ -66,10 +67,10 @@ typedef struct sreq {
     int            max_tokens;   /* 0 = up to the context */
     int            think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
     float          temp, top_p;
-    float          min_p; /* min_p (vLLM's): 0 = off                     */
-    int            top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
-    uint64_t       seed;
-    int            seeded; /* seed was given: choice i samples with seed + i (vLLM's) */
+    float          min_p;  /* min_p (vLLM's): 0 = off                     */
+    int            top_k;  /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
+    uint64_t       seed;   /* choice i samples with seed + i (vLLM's), given or not */
+    int            seeded; /* seed was given */
     int            n;      /* n: choices, 1..SERVE_MAX_N */
     float          presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
     float          repetition_penalty;                  /* vLLM's, 0.01..2 (1: off) */

@@ -11,7 +11,8 @@
  * its request, queues a job per choice (n, each its own turn; jgroup) and waits. The engine thread runs
  * continuous batching over
  * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
- * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
+ * free slots at the next step, in arrival order but that a job whose client address runs fewer
+ * jobs goes first (admit_next_locked), every loop is one k3_conv_gen_step_batch over
  * the slots' turns (each decoding turn's next token plus a prompt window of the oldest
  * prefilling one, all in one batched engine feed), and a turn that is done leaves at once.
  * A slot's conversation gives the prompt cache: it keeps its messages when they are a prefix
@@ -23,10 +24,11 @@
  * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
- * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled and its connection shut down at once, so the thread blocked writing to it returns;
- * a write that sees no byte taken for K3_SERVE_SEND_SECS ends too); a plain one waits for the
- * end. Both wait in
+ * thread writes the job's bytes as the socket takes them, never waiting in a write (a client that
+ * leaves SERVE_SSE_MAX unread is cancelled and its connection shut down at once; one that takes no
+ * byte for K3_SERVE_SEND_SECS ends too), and once every choice is done hands what is left to the
+ * gate's writer (a slow reader of a finished stream holds no thread); a plain one waits for the
+ * end. A request's body is parsed once (sbody), its choices' jobs sharing it. Both wait in
  * 100 ms steps and read the socket (bytes after the request dropped; 0 = closed): a client that went away
  * cancels its job (k3_conv_cancel of its slot), queued or running.
  *
@@ -37,8 +39,9 @@
  * Each request is answered once, with Connection: close. Errors are {"error": {"message",
  * "type", "param", "code"}} (param: the request field at fault, else null) with 400 (bad JSON, duplicate
  * keys, wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow),
- * 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
- * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 429 (a client
+ * address over its share of a full queue, with Retry-After), 431, 500, 503 (busy or queue full, with
+ * Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
@@ -59,6 +62,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -82,6 +86,8 @@
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 #define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
+#define SERVE_ADDR_SHARE SERVE_MAX_N /* choices a client address may hold once the queue is full */
+#define SERVE_FAIR_SCAN 1024         /* queued jobs an admission looks over for the fairest */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -95,21 +101,36 @@ typedef struct slp {
     json_t *o; /* {token, logprob, bytes, top_logprobs} */
 } slp;
 
+/* A request's body, parsed once and shared by its choices (a JSON tree of small values made n
+ * parses of up to SERVE_MAX_BODY each); what a choice has of its own, its seed and its stop
+ * strings' match, is the job's. Guarded by srv.mu. */
+typedef struct sbody {
+    sreq   r;
+    int    refs; /* its jobs                                                      */
+    int    live; /* of which may still run a turn on its grammar (the last frees it) */
+    size_t gram; /* bytes of its own grammar charged to srv.gram_held             */
+} sbody;
+
 typedef struct job {
-    sreq        r;
-    int         state;   /* J_*; all fields below are guarded by srv.mu */
-    int         refs;    /* connection + worker (+ streaming response)  */
-    int         gone;    /* the client disconnected                     */
-    int         fd;      /* the connection's socket; -1 once its thread has left */
-    int         key;     /* index of the request's API key (cache owner) */
-    int         index;   /* its choice: choices[index] of the request (n) */
-    int         cut;     /* cancelled because another choice failed     */
-    int         queued;  /* waiting in the FIFO for a slot              */
-    unsigned    seq;     /* request number (logs)                       */
-    char        id[48];  /* "chatcmpl-..."                              */
-    long long   created; /* unix seconds                                */
-    double      t0;      /* monotonic seconds at arrival                */
-    txt_buf     sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
+    sbody      *b;                       /* the request, shared by its choices                  */
+    sreq       *r;                       /* &b->r                                               */
+    uint64_t    seed;                    /* its sampling seed: the request's + index (vLLM's)   */
+    size_t      stop_q[SERVE_MAX_STOPS]; /* its answer's stop string match (sstop_feed) */
+    int         released;                /* its share of b's grammar given back (b->live)        */
+    int         state;                   /* J_*; all fields below are guarded by srv.mu */
+    int         refs;                    /* connection + worker (+ streaming response)  */
+    int         gone;                    /* the client disconnected                     */
+    int         fd;                      /* the connection's socket; -1 once its thread has left */
+    int         key;                     /* index of the request's API key (cache owner) */
+    int         index;                   /* its choice: choices[index] of the request (n) */
+    int         cut;                     /* cancelled because another choice failed     */
+    int         queued;                  /* waiting in the FIFO for a slot              */
+    unsigned    seq;                     /* request number (logs)                       */
+    char        ip[64];                  /* the client's address (its share of the queue) */
+    char        id[48];                  /* "chatcmpl-..."                              */
+    long long   created;                 /* unix seconds                                */
+    double      t0;                      /* monotonic seconds at arrival                */
+    txt_buf     sse;                     /* stream bytes not yet sent: [sse_off, sse.n)  */
     size_t      sse_off;
     int         role_sent; /* the first chunk (role) is in sse           */
     txt_buf     resp;      /* every response byte generated              */
@@ -184,32 +205,53 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The request's own grammar (a json_schema or tool-call one: gram_charge_locked counts it) goes,
- * and its bytes leave the server's total. Lock held. */
+/* j's turn is over (or never ran): its matcher's bytes leave the server's total, and with the
+ * last of its request's choices, the request's own grammar (a json_schema or tool-call one:
+ * gram_charge_locked counts it) goes and its bytes too. Lock held. */
 static void gram_release_locked(job *j) {
     srv.gram_held -= j->gram;
-    j->gram = 0;
-    if (j->r.fmt.own)
-        k3_grammar_free(j->r.fmt.g);
-    j->r.fmt.g   = NULL;
-    j->r.fmt.own = 0;
+    j->gram  = 0;
+    sbody *b = j->b;
+    if (j->released || --b->live > 0) {
+        j->released = 1;
+        return;
+    }
+    j->released = 1;
+    srv.gram_held -= b->gram;
+    b->gram = 0;
+    if (b->r.fmt.own)
+        k3_grammar_free(b->r.fmt.g);
+    b->r.fmt.g   = NULL;
+    b->r.fmt.own = 0;
 }
 
-/* Counts the bytes j's grammar holds now (its mask caches grow as the turn runs) and, once its
- * turn g runs (NULL before), that turn's matcher and mask (the json_object grammar, shared by
- * all, is not counted; its matchers are) in the server's total; the bytes. Lock held. */
+/* Counts the bytes j's request's grammar holds now (its mask caches grow as the turns run; once
+ * for all its choices) and, once its turn g runs (NULL before), that turn's matcher and mask (the
+ * json_object grammar, shared by all, is not counted; its matchers are) in the server's total;
+ * the bytes. Lock held. */
 static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
-    size_t b = (j->r.fmt.own ? k3_grammar_bytes(j->r.fmt.g) : 0) + k3_conv_gen_grammar_bytes(g);
-    srv.gram_held += b - j->gram;
-    j->gram = b;
-    return b;
+    sbody *b   = j->b;
+    size_t own = b->r.fmt.own ? k3_grammar_bytes(b->r.fmt.g) : 0, turn = k3_conv_gen_grammar_bytes(g);
+    srv.gram_held += own - b->gram;
+    b->gram = own;
+    srv.gram_held += turn - j->gram;
+    j->gram = turn;
+    return own + turn;
+}
+
+/* Drops j's share of its request (the last job frees it). Lock held. */
+static void body_unref_locked(job *j) {
+    if (--j->b->refs > 0)
+        return;
+    sreq_free(&j->b->r);
+    free(j->b);
 }
 
 static void job_unref_locked(job *j) {
     if (--j->refs > 0)
         return;
     gram_release_locked(j);
-    sreq_free(&j->r);
+    body_unref_locked(j);
     free(j->sse.p);
     free(j->resp.p);
     free(j->reasoning.p);
@@ -236,8 +278,9 @@ static void job_gone_locked(job *j) {
 static void job_fail_locked(job *j, int http, const char *type, const char *code, const char *msg);
 static void job_done_locked(job *j);
 
-/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
-static void job_expire_locked(job *j) {
+/* j leaves the FIFO answered with the error (http, type, code, msg): the engine never sees it.
+ * Lock held. */
+static void job_unqueue_locked(job *j, int http, const char *type, const char *code, const char *msg) {
     job **p = &srv.head, *prev = NULL;
     while (*p && *p != j)
         prev = *p, p = &(*p)->next;
@@ -248,12 +291,86 @@ static void job_expire_locked(job *j) {
         srv.tail = prev;
     srv.n_queued--;
     j->queued = 0;
+    job_fail_locked(j, http, type, code, msg);
+    job_done_locked(j); /* the engine's reference */
+}
+
+/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
+static void job_expire_locked(job *j) {
     char m[160];
     snprintf(m, sizeof m,
              "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
              srv.queue_secs);
-    job_fail_locked(j, 503, "server_error", "queue_timeout", m);
-    job_done_locked(j); /* the engine's reference: it never sees the job */
+    job_unqueue_locked(j, 503, "server_error", "queue_timeout", m);
+}
+
+/* ---- a client address's share ----------------------------------------------------------
+ *
+ * Fairness counts choices (jobs), not connections: one request of n 16 takes 16 places. While
+ * the queue has room every request is taken; once it is full, an address may hold at most
+ * SERVE_ADDR_SHARE choices queued and running. A request from an address within it takes the
+ * places of the newest queued requests of the addresses that hold the most beyond it (each
+ * answered 429 client_share), and one that would take its own address past it is refused with
+ * 429 client_share: one client cannot keep the others out, however it spreads its choices over
+ * requests and connections. */
+
+/* Choices ip holds, queued and running. Lock held. */
+static int addr_jobs_locked(const char *ip) {
+    int n = 0;
+    for (const job *q = srv.head; q; q = q->next)
+        n += !strcmp(q->ip, ip);
+    for (int i = 0; i < srv.n_slots; i++)
+        n += srv.slots[i].j && !strcmp(srv.slots[i].j->ip, ip);
+    return n;
+}
+
+/* The newest queued job of the address that holds the most choices beyond SERVE_ADDR_SHARE (how
+ * many in *held), NULL when none is over it. Lock held. */
+static job *share_victim_locked(int *held) {
+    job *v    = NULL;
+    int  most = SERVE_ADDR_SHARE;
+    for (job *q = srv.head; q; q = q->next) { /* each address once: at its first queued job */
+        const job *f = srv.head;
+        while (strcmp(f->ip, q->ip))
+            f = f->next;
+        if (f != q)
+            continue;
+        int h = addr_jobs_locked(q->ip);
+        if (h > most) {
+            most = h;
+            for (job *r = q; r; r = r->next)
+                if (!strcmp(r->ip, q->ip))
+                    v = r;
+        }
+    }
+    *held = most;
+    return v;
+}
+
+/* Room in the FIFO for n more jobs: the newest queued requests of the addresses over their share
+ * give way (429) until n fit. Whether they fit. Lock held. */
+static int share_make_room_locked(int n) {
+    int  held;
+    job *v;
+    while (srv.n_queued + n > srv.max_queue + (srv.n_slots - srv.n_active) &&
+           (v = share_victim_locked(&held))) {
+        char m[300];
+        snprintf(m, sizeof m,
+                 "the server's queue is full and this request gave way to one from another client: this "
+                 "client address held %d choices queued and running, more than its share of %d once the "
+                 "queue is full; retry later",
+                 held, SERVE_ADDR_SHARE);
+        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held,
+                  SERVE_ADDR_SHARE);
+        char id[sizeof v->id];
+        snprintf(id, sizeof id, "%s", v->id);
+        for (job *q = srv.head, *nx; q; q = nx) { /* every queued choice of that request */
+            nx = q->next;
+            if (!strcmp(q->id, id))
+                job_unqueue_locked(q, 429, "rate_limit_error", "client_share", m);
+        }
+    }
+    return srv.n_queued + n <= srv.max_queue + (srv.n_slots - srv.n_active);
 }
 
 /* ---- a request's jobs ------------------------------------------------------------------
@@ -318,17 +435,25 @@ static int group_gone_locked(jgroup *g) {
     return g->gone;
 }
 
-/* Wait up to 100 ms for progress on g's jobs, then check the client, the queue's time limit, and
- * whether a choice failed (the others are cancelled). Lock held. */
-static void group_wait_step(jgroup *g) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+/* Wait up to 100 ms for progress on g's jobs (wfd >= 0: for room to write on that socket, the
+ * lock released), then check the client, the queue's time limit, and whether a choice failed (the
+ * others are cancelled). Lock held. */
+static void group_wait_step(jgroup *g, int wfd) {
+    if (wfd >= 0) {
+        pthread_mutex_unlock(&srv.mu);
+        struct pollfd pf = {.fd = wfd, .events = POLLOUT};
+        poll(&pf, 1, 100);
+        pthread_mutex_lock(&srv.mu);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
     }
-    pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
     for (int i = 0; i < g->n; i++)
         if (g->j[i]->queued && now_s() - g->j[i]->t0 > srv.queue_secs)
             job_expire_locked(g->j[i]);
@@ -338,15 +463,15 @@ static void group_wait_step(jgroup *g) {
         group_cancel_locked(g, 1);
 }
 
-/* A request refused before it queued: its jobs go, their grammars' bytes with them; unlocks srv.mu. */
+/* A request refused before it queued: its jobs go, their grammar's bytes with them; unlocks srv.mu. */
 static void group_drop_locked(jgroup *g) {
-    for (int i = 0; i < g->n; i++)
-        gram_release_locked(g->j[i]);
-    pthread_mutex_unlock(&srv.mu);
     for (int i = 0; i < g->n; i++) {
-        sreq_free(&g->j[i]->r);
-        free(g->j[i]);
+        gram_release_locked(g->j[i]);
+        body_unref_locked(g->j[i]);
     }
+    pthread_mutex_unlock(&srv.mu);
+    for (int i = 0; i < g->n; i++)
+        free(g->j[i]);
     g->n = 0;
 }
 
@@ -396,13 +521,13 @@ static json_t *logprobs_obj(json_t *lp) {
 /* A chunk; lp: the logprobs entries of its text (taken; NULL: none), sent with logprobs on. */
 static json_t *chunk_lp(job *j, json_t *delta, const char *finish, json_t *lp) {
     json_t *o = answer_obj(j, "chat.completion.chunk");
-    if (!j->r.logprobs) /* logprobs: null when not asked, as OpenAI writes it */
+    if (!j->r->logprobs) /* logprobs: null when not asked, as OpenAI writes it */
         json_decref(lp), lp = NULL;
     json_object_set_new(o, "choices",
                         json_pack("[{s:i,s:o,s:o,s:o}]", "index", j->index, "delta", delta, "logprobs",
-                                  j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason",
+                                  j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason",
                                   finish ? json_string(finish) : json_null()));
-    if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
+    if (o && j->r->include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
         json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -414,7 +539,7 @@ static json_t *chunk(job *j, json_t *delta, const char *finish) {
 /* The entries whose text starts before byte `to` of the response (all: every one left), as a
  * JSON array, marked released; NULL with logprobs off. */
 static json_t *lp_take(job *j, size_t to, int all) {
-    if (!j->r.logprobs)
+    if (!j->r->logprobs)
         return NULL;
     json_t *a = json_array();
     for (; j->lp_sent < j->n_lp && (all || j->lp[j->lp_sent].at < to); j->lp_sent++)
@@ -429,7 +554,7 @@ static const char *const reasoning_keys[] = {"reasoning", "reasoning_content"};
 /* A delta of one field ("content" or "reasoning", the latter under both its names); the first
  * also carries the role. lp: the logprobs entries of the text (taken; NULL: none). */
 static void sse_delta(job *j, const char *field, const char *text, size_t n, json_t *lp) {
-    if (!j->r.stream || !n) {
+    if (!j->r->stream || !n) {
         json_decref(lp);
         return;
     }
@@ -473,13 +598,13 @@ static void release(job *j, size_t to) {
 static int stop_filter(job *j, int final) {
     const char *text = j->resp.p;
     size_t      n = j->resp.n, hold = 0, at = SIZE_MAX;
-    if (!j->r.stop.n || j->stopped) {
+    if (!j->r->stop.n || j->stopped) {
         if (!j->stopped)
             release(j, n);
         return j->stopped;
     }
     if (n > j->fed) /* no visible text yet: resp.p is NULL */
-        at = sstop_feed(&j->r.stop, text + j->fed, n - j->fed, j->fed, &hold);
+        at = sstop_feed(&j->r->stop, j->stop_q, text + j->fed, n - j->fed, j->fed, &hold);
     j->fed = n;
     if (at != SIZE_MAX) {
         release(j, at);
@@ -535,7 +660,7 @@ static json_t *lp_token(const k3_tok *tok, int32_t id, float logprob) {
 
 static void on_token(const k3_gen_token *t, void *ud) {
     job *j = ud;
-    if (!t->content || !j->r.logprobs)
+    if (!t->content || !j->r->logprobs)
         return;
     json_t *o = lp_token(t->tok, t->id, t->logprob), *top = json_array();
     for (int i = 0; i < t->n_top; i++)
@@ -572,7 +697,7 @@ static void on_tool_call(int index, const char *id, const char *name, const char
     } else if (n) {
         txt_buf_add(&j->cut_args, args, n);
     }
-    if (j->r.stream && (name || n)) {
+    if (j->r->stream && (name || n)) {
         if (!j->role_sent) {
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -652,7 +777,7 @@ static void job_fail_locked(job *j, int http, const char *type, const char *code
 
 /* Sets the slot's conversation up for j and begins its turn (engine thread, lock free). */
 static k3_status job_start(slot *sl, job *j) {
-    const sreq      *r = &j->r;
+    const sreq      *r = j->r;
     k3_conv_settings set;
     k3_status        st;
     if (!sl->s && (st = k3_session_new(srv.m, &sl->s)))
@@ -672,7 +797,7 @@ static k3_status job_start(slot *sl, job *j) {
     set.sampling.top_p              = r->top_p;
     set.sampling.top_k              = r->top_k;
     set.sampling.min_p              = r->min_p;
-    set.sampling.seed               = r->seed;
+    set.sampling.seed               = j->seed;
     set.sampling.presence_penalty   = r->presence_penalty;
     set.sampling.frequency_penalty  = r->frequency_penalty;
     set.sampling.repetition_penalty = r->repetition_penalty;
@@ -686,7 +811,7 @@ static k3_status job_start(slot *sl, job *j) {
         (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
-    k3_conv_set_turn_seed(sl->c, r->seed);
+    k3_conv_set_turn_seed(sl->c, j->seed);
     k3_conv_callbacks cb = {.on_think     = on_think,
                             .on_response  = on_response,
                             .ud           = j,
@@ -720,7 +845,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         if (!j->stopped)
             stop_filter(j, 1);
         json_t *rest = j->stopped ? NULL : lp_take(j, 0, 1); /* tokens that added no text at the end */
-        if (rest && json_array_size(rest) && j->r.stream) {
+        if (rest && json_array_size(rest) && j->r->stream) {
             if (!j->role_sent) {
                 j->role_sent = 1;
                 sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -771,7 +896,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     } else {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
     }
-    if (!j->http && j->r.stream) { /* the request's usage and [DONE] follow its last choice (stream_tail) */
+    if (!j->http && j->r->stream) { /* the request's usage and [DONE] follow its last choice (stream_tail) */
         if (!j->role_sent) {
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -787,7 +912,7 @@ static void log_job(const job *j) {
         serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, prefill window %d, %s, %.2f s "
                   "(%d active, "
                   "%d queued)",
-                  j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
+                  j->seq, j->r->stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
                   j->finish, dt, srv.n_active, srv.n_queued);
     else if (j->http == 499)
         serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
@@ -820,7 +945,7 @@ static slot *pick_slot(const job *j) {
         slot *sl = &srv.slots[i];
         if (sl->j)
             continue;
-        int keep = sl->key == j->key ? msgs_kept(sl->c, &j->r) : -1;
+        int keep = sl->key == j->key ? msgs_kept(sl->c, j->r) : -1;
         if (keep > best_keep || (keep == best_keep && sl->used < best->used)) {
             best      = sl;
             best_keep = keep;
@@ -840,17 +965,47 @@ static void slot_release_locked(slot *sl, k3_status st) {
     job_done_locked(j);
 }
 
-/* Moves queued jobs into free slots, in arrival order (all of them answered 503 while
+/* Jobs ip runs in the slots. Lock held. */
+static int addr_running_locked(const char *ip) {
+    int n = 0;
+    for (int i = 0; i < srv.n_slots; i++)
+        n += srv.slots[i].j && !strcmp(srv.slots[i].j->ip, ip);
+    return n;
+}
+
+/* The queued job to admit next, NULL for the head (*prev: the one before it): the head when it is
+ * gone or the server stops (answered at once); else, of the first SERVE_FAIR_SCAN waiting, the
+ * oldest whose client address runs the fewest jobs, so that one client's n choices take turns in
+ * the slots with the other clients' requests rather than all going first. Lock held. */
+static job *admit_next_locked(job **prev) {
+    job *best = srv.head;
+    *prev     = NULL;
+    if (srv.stopping || best->gone)
+        return best;
+    int fewest = addr_running_locked(best->ip), k = 0;
+    for (job *p = best, *q = best->next; q && fewest > 0 && ++k < SERVE_FAIR_SCAN; p = q, q = q->next) {
+        int r = q->gone ? fewest : addr_running_locked(q->ip);
+        if (r < fewest)
+            fewest = r, best = q, *prev = p;
+    }
+    return best;
+}
+
+/* Moves queued jobs into free slots (admit_next_locked's order; all of them answered 503 while
  * stopping). Lock held; released while a turn begins. */
 static void admit_locked(void) {
     while (srv.head) {
-        job  *j  = srv.head;
+        job  *prev, *j = admit_next_locked(&prev);
         slot *sl = srv.stopping || j->gone ? NULL : pick_slot(j);
         if (!sl && !srv.stopping && !j->gone)
-            return; /* every slot busy: j waits at the head of the FIFO */
-        srv.head = j->next;
-        if (!srv.head)
-            srv.tail = NULL;
+            return; /* every slot busy: j waits */
+        if (prev)
+            prev->next = j->next;
+        else
+            srv.head = j->next;
+        if (srv.tail == j)
+            srv.tail = prev;
+        j->next = NULL;
         srv.n_queued--;
         j->queued = 0;
         if (!sl) {
@@ -950,7 +1105,7 @@ static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
     char extra[128] = "";
     if (allow)
         snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
-    else if (code == 503) /* busy or shutting down: try again in a while */
+    else if (code == 503 || code == 429) /* busy, shutting down, over a share: try again in a while */
         snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
     int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
     free(s);
@@ -1011,7 +1166,7 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
     if (f) /* failed mid-stream */
         o = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
                       "code", f->err_code);
-    else if (g->j[0]->r.include_usage) {
+    else if (g->j[0]->r->include_usage) {
         o = answer_obj(g->j[0], "chat.completion.chunk");
         json_object_set_new(o, "choices", json_array());
         json_object_set_new(o, "usage", usage_obj(g->j, g->n));
@@ -1028,30 +1183,39 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
 }
 
 /* The stream: the jobs' SSE bytes as they come (each chunk carries its choice's index), until all
- * are done or the client is gone. */
+ * are done or the client is gone. No write waits for the client: while the socket has not taken
+ * the bytes sent, the jobs' new bytes stay in their buffers (where SERVE_SSE_MAX counts what the
+ * client leaves unread) and this thread waits for room; once every choice is done, the rest and
+ * the end go to the gate's writer (http_stream_end), so a slow reader of a finished stream holds
+ * no request thread. */
 static void send_stream(http_req *con, jgroup *g) {
     txt_buf out = {0};
-    int     end = 0;
+    int     end = 0, ended = 0;
     if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
-            while (!group_pending(g) && !group_done(g) && !group_gone_locked(g))
-                group_wait_step(g);
+            int left = http_stream_left(con) > 0;
+            if (!group_gone_locked(g) && !group_done(g) && (left || !group_pending(g)))
+                group_wait_step(g, left ? con->fd : -1);
+            end   = group_gone_locked(g) || group_done(g);
             out.n = 0;
-            for (int i = 0; i < g->n; i++) {
+            for (int i = 0; i < g->n && (end || !left); i++) { /* the socket took the earlier bytes */
                 job *j = g->j[i];
                 if (j->sse.n > j->sse_off)
                     txt_buf_add(&out, j->sse.p + j->sse_off, j->sse.n - j->sse_off);
                 j->sse.n = j->sse_off = 0;
             }
-            end = group_gone_locked(g) || group_done(g);
             if (end && !g->gone)
                 stream_tail(g, &out);
             pthread_mutex_unlock(&srv.mu);
-            if (out.oom || (out.n && http_stream_write(con, out.p, out.n)) || end) {
-                end = end && !out.oom; /* out of memory: the stream is cut */
+            if (out.oom) /* out of memory: the stream is cut */
+                break;
+            if (end) {
+                ended = !g->gone && !http_stream_end(con, out.p, out.n);
                 break;
             }
+            if (out.n ? http_stream_write(con, out.p, out.n) : http_stream_flush(con))
+                break;
         }
     free(out.p);
     if (con->stalled == HTTP_STALL_QUIET) {
@@ -1060,9 +1224,7 @@ static void send_stream(http_req *con, jgroup *g) {
         con->stalled = HTTP_STALL_LOGGED; /* on_request says no more */
     }
     pthread_mutex_lock(&srv.mu);
-    if (end && !g->gone && !con->failed)
-        http_stream_end(con);
-    else
+    if (!ended)
         g->gone = 1, group_cancel_locked(g, 0); /* the response ended early: the client went away */
     for (int i = 0; i < g->n; i++)
         g->j[i]->fd = -1; /* the gate closes the socket: no shutdown of a number used again */
@@ -1123,17 +1285,17 @@ static json_t *choice_obj(const job *j) {
         if (!j->rel)
             json_object_set_new(msg, "content", json_null());
     }
-    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
+    for (int k = 0; k < 2 && (j->r->think || j->reasoning.n); k++)
         json_object_set_new(msg, reasoning_keys[k],
                             json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *lp = NULL;
-    if (j->r.logprobs) {
+    if (j->r->logprobs) {
         lp = json_array();
         for (int i = 0; i < j->lp_sent; i++)
             json_array_append(lp, j->lp[i].o);
     }
     return json_pack("{s:i,s:o,s:o,s:s}", "index", j->index, "message", msg, "logprobs",
-                     j->r.logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
+                     j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
 }
 
 static void chat_completions(http_req *con) {
@@ -1165,35 +1327,44 @@ static void chat_completions(http_req *con) {
                    json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", em);
         return;
     }
-    /* one job per choice: the body read again for each (a grammar and sampler of its own), choice
-     * i sampling with the given seed + i (vLLM's), else with a fresh seed of its own */
+    /* the body read once; one job per choice, sharing it (refs; live: its grammar), choice i
+     * sampling with the seed + i (vLLM's; a fresh seed when none is given) */
     static atomic_uint n_parsed;
     jgroup             g  = {.fd = con->fd, .v11 = con->v11};
     perr               e  = {{0}, {0}, {0}};
-    int                rc = 0;
-    for (int i = 0, want = 1; !rc && i < want; i++) {
+    sbody             *sb = calloc(1, sizeof *sb);
+    int                rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &sb->r, &e) : -2;
+    if (!rc && sb->r.n > srv.n_slots + srv.max_queue)
+        rc = serve_bad(&e, "invalid_value",
+                       "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
+                       "queues %d (K3_SERVE_QUEUE)",
+                       sb->r.n, srv.n_slots, srv.max_queue);
+    json_decref(b);
+    parse_turn(0);
+    for (int i = 0; !rc && i < sb->r.n; i++) {
         job *j = calloc(1, sizeof *j);
         if (!j) {
             rc = -2;
             break;
         }
         g.j[g.n++] = j;
+        j->b       = sb;
+        j->r       = &sb->r;
         j->index   = i;
-        rc         = sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &j->r, &e);
-        if (!rc && i == 0 && (want = j->r.n) > srv.n_slots + srv.max_queue)
-            rc = serve_bad(&e, "invalid_value",
-                           "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
-                           "queues %d (K3_SERVE_QUEUE)",
-                           want, srv.n_slots, srv.max_queue);
-        if (!rc && j->r.seeded)
-            j->r.seed = g.j[0]->r.seed + (uint64_t)i;
+        j->seed    = sb->r.seed + (uint64_t)i;
+        sb->refs++, sb->live++;
     }
-    json_decref(b);
-    parse_turn(0);
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
-        group_drop_locked(&g);
+        if (g.n) {
+            group_drop_locked(&g); /* the last job frees sb */
+        } else {
+            pthread_mutex_unlock(&srv.mu);
+            if (sb)
+                sreq_free(&sb->r);
+            free(sb);
+        }
         if (rc == -2) {
             send_error(con, 500, "server_error", "out_of_memory", "out of memory");
             return;
@@ -1209,18 +1380,20 @@ static void chat_completions(http_req *con) {
     /* numbered as they reach the queue, in the lock that appends them: the numbers of queued jobs
      * are their queue order (they were numbered before their requests were parsed, and two parsed
      * side by side could reach the queue out of number order) */
-    size_t gb = 0, budget = (size_t)srv.gram_mb << 20;
+    size_t held0 = srv.gram_held, budget = (size_t)srv.gram_mb << 20;
     for (int i = 0; i < g.n; i++) {
-        job *j     = g.j[i];
-        j->fd      = con->fd;
-        j->key     = con->key;
+        job *j = g.j[i];
+        j->fd  = con->fd;
+        j->key = con->key;
+        snprintf(j->ip, sizeof j->ip, "%s", con->ip ? con->ip : "");
         j->created = created;
         j->t0      = t0;
         j->refs    = 2; /* this connection + the worker */
         j->seq     = ++srv.seq;
         snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, g.j[0]->seq);
-        gb += gram_charge_locked(j, NULL);
+        gram_charge_locked(j, NULL);
     }
+    size_t   gb  = srv.gram_held - held0; /* its grammar, once for its choices */
     unsigned seq = g.j[0]->seq;
     if (srv.stopping) {
         group_drop_locked(&g);
@@ -1248,15 +1421,31 @@ static void chat_completions(http_req *con) {
                    alone ? "grammar_too_large" : "grammar_budget", m);
         return;
     }
-    /* free slots take theirs at once; a request of n choices needs room for all n */
-    if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active)) {
-        int q = srv.n_queued, a = srv.n_active;
+    /* free slots take theirs at once; a request of n choices needs room for all n; a full queue
+     * makes room for an address within its share (SERVE_ADDR_SHARE) */
+    int held = addr_jobs_locked(con->ip ? con->ip : "");
+    if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active) &&
+        (held + g.n > SERVE_ADDR_SHARE || !share_make_room_locked(g.n))) {
+        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > SERVE_ADDR_SHARE;
         group_drop_locked(&g);
-        char m[160];
-        snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
-                 q, srv.max_queue);
-        serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
-        send_error(con, 503, "server_error", "queue_full", m);
+        char m[300];
+        if (over)
+            snprintf(m, sizeof m,
+                     "too many choices from this client address: it holds %d queued and running, and this "
+                     "request's %d would pass its share of %d while the server's queue is full "
+                     "(K3_SERVE_QUEUE=%d); retry later",
+                     held, n, SERVE_ADDR_SHARE, srv.max_queue);
+        else
+            snprintf(m, sizeof m,
+                     "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later", q,
+                     srv.max_queue);
+        if (over)
+            serve_log("#%u 429: queue full, its address over its share (%d active, %d queued; it holds %d)",
+                      seq, a, q, held);
+        else
+            serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
+        send_error(con, over ? 429 : 503, over ? "rate_limit_error" : "server_error",
+                   over ? "client_share" : "queue_full", m);
         return;
     }
     for (int i = 0; i < g.n; i++) {
@@ -1271,9 +1460,9 @@ static void chat_completions(http_req *con) {
     }
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
-    int stream = g.j[0]->r.stream;
+    int stream = g.j[0]->r->stream;
     while (!group_done(&g) && !group_gone_locked(&g) && !(stream && group_pending(&g)))
-        group_wait_step(&g);
+        group_wait_step(&g, -1);
     int streams = stream && group_pending(&g) && !g.gone;
     if (!streams) /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
         for (int i = 0; i < g.n; i++)
