@@ -8,12 +8,13 @@
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
  *   allow it: vcheck, a validator of one value), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
- *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (date-time, date, uuid,
- *   email), minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as
- *   doubles, int_bound; numbers without an exponent: emit_number_range), anyOf, oneOf
- *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
- * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
- * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
+ *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
+ *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
+ *   minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound;
+ * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
+ * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
+ * (recursion through calls), the annotations ($id at the root only). Anything else is refused with
+ * K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
@@ -516,18 +517,14 @@ static k3_status emit_number(sc *c, int from, int to) {
     return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
 
-static const struct {
+/* A format keyword's entry: the grammar writes re (a subset of what the format takes, bounded so
+ * a model cannot ramble: labels of at most 16 characters, 4-digit duration fields), ok reads a
+ * value as ajv-formats 3 (full mode) does (the enum/const checks). The table is below them. */
+typedef struct g_format {
     const char *name, *re;
-} formats[] = {
-#define G_DATE                                                                                               \
-    "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
-    {"date", "^" G_DATE "$"},
-    {"date-time",
-     "^" G_DATE
-     "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
-    {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
-    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
-};
+    int (*ok)(const char *s, size_t n);
+} g_format;
+static k3_status format_of(const jv *fmt, const char *path, const g_format **out);
 
 /* minLength mn and maxLength mx (-1: none) of a string: *none 1 when no length is both (the
  * string writes nothing: g_finish reports a schema left with nothing); one past G_MAX_UNROLL
@@ -549,20 +546,15 @@ static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char 
         return unsupported(path, "format", "together with pattern");
     if (pat && pat->kind != JV_STRING)
         return bad(path, "pattern", "a string");
-    if (fmt && fmt->kind != JV_STRING)
-        return bad(path, "format", "a string");
+    k3_status       st;
+    const g_format *f;
     if (pat)
         re = pat->s, n = pat->n;
-    for (size_t k = 0; fmt && k < sizeof formats / sizeof *formats; k++)
-        if (!strcmp(fmt->s, formats[k].name))
-            re = formats[k].re, n = strlen(formats[k].re);
-    if (!re) {
-        char why[160];
-        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-        return unsupported(path, "format", why);
-    }
-    k3_status st;
-    int       none;
+    else if ((st = format_of(fmt, path, &f)))
+        return st;
+    else
+        re = f->re, n = strlen(f->re);
+    int none;
     if ((st = str_lengths(path, mn, mx, &none)) || none)
         return st;
     if (mn == 0 && mx < 0)
@@ -1507,30 +1499,164 @@ static int alnum(char ch) {
     return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z');
 }
 
+/* Dot-separated labels [a-z0-9]([a-z0-9-]*[a-z0-9])? of at most max characters each (any case),
+ * *dots the dots between them. */
+static int labels(const char *s, size_t n, size_t max, size_t *dots) {
+    *dots = 0;
+    for (size_t i = 0, start = 0; i <= n; i++)
+        if (i == n || s[i] == '.') {
+            if (i == start || i - start > max || !alnum(s[start]) || !alnum(s[i - 1]))
+                return 0;
+            *dots += i < n, start = i + 1;
+        } else if (!alnum(s[i]) && s[i] != '-')
+            return 0;
+    return 1;
+}
+
 /* ^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@
  *  (?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$ (case-insensitive) */
 static int fmt_email(const char *s, size_t n) {
-    size_t i = 0, dots = 0, start;
+    size_t i = 0, dots;
     for (char prev = '.'; i < n && s[i] != '@'; prev = s[i++])
         if (s[i] == '.' ? prev == '.' : !(alnum(s[i]) || (s[i] && strchr("!#$%&'*+/=?^_`{|}~-", s[i]))))
             return 0;
     if (i == 0 || i == n || s[i - 1] == '.')
         return 0;
-    for (start = ++i; i <= n; i++) /* labels: alphanumeric at both ends, '-' inside */
-        if (i == n || s[i] == '.') {
-            if (i == start || !alnum(s[start]) || !alnum(s[i - 1]))
-                return 0;
-            dots += i < n, start = i + 1;
-        } else if (!alnum(s[i]) && s[i] != '-')
-            return 0;
-    return dots >= 1;
+    return labels(s + i + 1, n - i - 1, SIZE_MAX, &dots) && dots >= 1;
 }
 
-static const struct {
-    const char *name;
-    int (*ok)(const char *s, size_t n);
-} format_check[] = {
-    {"date", fmt_date}, {"date-time", fmt_date_time}, {"uuid", fmt_uuid}, {"email", fmt_email}};
+/* ^(?=.{1,253}\.?$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-0-9a-z]{0,61}[0-9a-z])?)*\.?$
+ * (case-insensitive): labels of 1 to 63 characters, 253 characters and an optional final dot. */
+static int fmt_hostname(const char *s, size_t n) {
+    size_t dots;
+    if (n > 254 || (n == 254 && s[253] != '.'))
+        return 0;
+    n -= n && s[n - 1] == '.';
+    return n && labels(s, n, 63, &dots);
+}
+
+/* ^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$ */
+static int fmt_ipv4(const char *s, size_t n) {
+    size_t i = 0;
+    for (int part = 0; part < 4; part++) {
+        size_t j = i;
+        while (j < n && j - i < 4 && s[j] >= '0' && s[j] <= '9')
+            j++;
+        if (j == i || j - i > 3 || (j - i > 1 && s[i] == '0') || atoi(s + i) > 255 ||
+            (part < 3 ? j == n || s[j] != '.' : j != n))
+            return 0;
+        i = j + 1;
+    }
+    return 1;
+}
+
+/* ajv-formats' ipv6 (case-insensitive): 8 groups of 1 to 4 hex digits, the last two of them
+ * perhaps a dotted IPv4 address; or "::" once, standing for at least one group, with at most 7
+ * beside it. */
+static int fmt_ipv6(const char *s, size_t n) {
+    size_t i      = 0;
+    int    groups = 0, dbl = n >= 2 && s[0] == ':' && s[1] == ':';
+    if (dbl && (i = 2) == n)
+        return 1;
+    while (i < n) {
+        size_t j = i;
+        if (memchr(s + i, '.', n - i) && !memchr(s + i, ':', n - i)) { /* an IPv4 address: two groups */
+            if (!fmt_ipv4(s + i, n - i))
+                return 0;
+            groups += 2;
+            break;
+        }
+        while (j < n && j - i < 5 && hex_val(s[j]) >= 0)
+            j++;
+        if (j == i || j - i > 4)
+            return 0;
+        groups++;
+        if (j == n)
+            break;
+        if (s[j] != ':' || j + 1 == n)
+            return 0;
+        i = j + 1;
+        if (s[i] == ':') {
+            if (dbl)
+                return 0;
+            dbl = 1, i++;
+        }
+    }
+    return dbl ? groups <= 7 : groups == 8;
+}
+
+/* ^P(?!$)((\d+Y)?(\d+M)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+S)?)?|(\d+W)?)$ */
+static int fmt_duration(const char *s, size_t n) {
+    const char *unit = "YMD";
+    size_t      i = 1, j = 1;
+    int         time = 0;
+    if (n < 2 || s[0] != 'P')
+        return 0;
+    while (j < n && s[j] >= '0' && s[j] <= '9')
+        j++;
+    if (j > 1 && j + 1 == n && s[j] == 'W')
+        return 1;
+    while (i < n) {
+        if (s[i] == 'T') { /* once, and a field after it */
+            if (time++ || ++i == n)
+                return 0;
+            unit = "HMS";
+        }
+        for (j = i; j < n && s[j] >= '0' && s[j] <= '9';)
+            j++;
+        const char *u = j > i && j < n && s[j] ? strchr(unit, s[j]) : NULL;
+        if (!u)
+            return 0;
+        unit = u + 1, i = j + 1;
+    }
+    return 1;
+}
+
+#define G_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+#define G_DATE                                                                                               \
+    "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
+#define G_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define G_HEX4 "[0-9a-f]{1,4}"
+#define G_LABEL "[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?"
+#define G_DIG "[0-9]{1,4}"
+#define G_DAYS G_DIG "Y(" G_DIG "M)?(" G_DIG "D)?|" G_DIG "M(" G_DIG "D)?|" G_DIG "D"
+#define G_HOURS "T(" G_DIG "H(" G_DIG "M)?(" G_DIG "S)?|" G_DIG "M(" G_DIG "S)?|" G_DIG "S)"
+
+static const g_format formats[] = {
+    {"date", "^" G_DATE "$", fmt_date},
+    {"time", "^" G_TIME "$", fmt_time},
+    {"date-time", "^" G_DATE "T" G_TIME "$", fmt_date_time},
+    {"duration", "^P((" G_DAYS ")(" G_HOURS ")?|" G_HOURS "|" G_DIG "W)$", fmt_duration},
+    {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", fmt_uuid},
+    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$", fmt_email},
+    {"hostname", "^" G_LABEL "(\\." G_LABEL "){0,3}$", fmt_hostname},
+    {"ipv4", "^(" G_OCTET "\\.){3}" G_OCTET "$", fmt_ipv4},
+    /* 8 groups, or "::" with p groups before it and at most 7 - p after */
+    {"ipv6",
+     "^(" G_HEX4 "(:" G_HEX4 "){7}|::(" G_HEX4 "(:" G_HEX4 "){0,6})?|" G_HEX4 "::(" G_HEX4 "(:" G_HEX4
+     "){0,5})?|" G_HEX4 "(:" G_HEX4 "){1}::(" G_HEX4 "(:" G_HEX4 "){0,4})?|" G_HEX4 "(:" G_HEX4
+     "){2}::(" G_HEX4 "(:" G_HEX4 "){0,3})?|" G_HEX4 "(:" G_HEX4 "){3}::(" G_HEX4 "(:" G_HEX4
+     "){0,2})?|" G_HEX4 "(:" G_HEX4 "){4}::(" G_HEX4 "(:" G_HEX4 ")?)?|" G_HEX4 "(:" G_HEX4 "){5}::(" G_HEX4
+     ")?|" G_HEX4 "(:" G_HEX4 "){6}::)$",
+     fmt_ipv6},
+};
+
+/* The entry of format keyword fmt; one this table lacks is refused, naming those it has. */
+static k3_status format_of(const jv *fmt, const char *path, const g_format **out) {
+    char why[256];
+    int  at;
+    if (fmt->kind != JV_STRING)
+        return bad(path, "format", "a string");
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
+        if (!strcmp(fmt->s, formats[k].name))
+            return *out = &formats[k], K3_OK;
+    at = snprintf(why, sizeof why, "format \"%.64s\" (supported:", fmt->s);
+    for (size_t k = 0; k < sizeof formats / sizeof *formats && at > 0 && (size_t)at < sizeof why; k++)
+        at += snprintf(why + at, sizeof why - (size_t)at, "%s %s", k ? "," : "", formats[k].name);
+    if (at > 0 && (size_t)at < sizeof why)
+        snprintf(why + at, sizeof why - (size_t)at, ")");
+    return unsupported(path, "format", why);
+}
 
 /* *ok: string x matches pattern re (ECMAScript: anywhere in x unless anchored), matched by the
  * pattern's automaton with unbounded text around it (g_fill of a check grammar); compiled once
@@ -1609,21 +1735,13 @@ static k3_status vcheck_string(vc *v, const jv *s, const jv *x, const char *path
     *ok        = len >= (size_t)mn && (mx < 0 || len <= (size_t)mx);
     if (pat && pat->kind != JV_STRING)
         return bad(path, "pattern", "a string");
-    if (fmt && fmt->kind != JV_STRING)
-        return bad(path, "format", "a string");
     if (pat && *ok && (st = pattern_ok(v->c, pat, x, path, ok)))
         return st;
-    for (size_t k = 0; fmt && k <= sizeof format_check / sizeof *format_check; k++) {
-        if (k == sizeof format_check / sizeof *format_check) {
-            char why[160];
-            snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-            return unsupported(path, "format", why);
-        }
-        if (!strcmp(fmt->s, format_check[k].name)) {
-            *ok = *ok && format_check[k].ok(x->s, x->n);
-            break;
-        }
-    }
+    const g_format *f;
+    if (fmt && (st = format_of(fmt, path, &f)))
+        return st;
+    if (fmt)
+        *ok = *ok && f->ok(x->s, x->n);
     return K3_OK;
 }
 
