@@ -10,13 +10,13 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
-#   - tests/fixtures/grammar-walk.jsonl (97 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
+#   - tests/fixtures/grammar-walk.jsonl (101 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
 #     with other keywords, number bounds (fractional ones too), a tagged oneOf, tricky strings)
 #     x 40 walks, each token drawn uniformly from the mask (test-grammar --walk): every finished document validates;
 #   - tests/fixtures/grammar-walk-tools.jsonl (15 string schemas: patterns, formats and lengths) x 40
 #     walks of a tool call whose one argument has that schema (test-grammar --walk-tools): every raw
 #     value validates;
-#   - tests/fixtures/grammar-keep.tsv (650 strings beside a format: edges and random edits) as
+#   - tests/fixtures/grammar-keep.tsv (670 values beside a format or a multipleOf: edges and random edits) as
 #     enum values (test-grammar --keep): each is kept exactly when ajv + ajv-formats validates it;
 #   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;
 #   - --json: one JSON object; an unsupported keyword: status 1 naming it and its path;
@@ -131,7 +131,7 @@ node "$K3_SRC/tests/grammar-validate.cjs" "$K3_SRC/tests/fixtures/grammar-walk-t
     > "$K3_TMP/keep.log" 2>&1
 grep -E '^(PASS|FAIL): ' "$K3_TMP/keep.log"
 node "$K3_SRC/tests/grammar-keep.cjs" "$K3_SRC/tests/fixtures/grammar-keep.tsv" "$K3_TMP/keep.tsv" \
-    "grammar-keep.tsv (formats' edges and random edits)"
+    "grammar-keep.tsv (formats' edges and random edits, multipleOf)"
 
 # --- the command line: one seed per schema, stdout validated ---
 : > "$K3_TMP/cli.tsv"

@@ -1033,6 +1033,14 @@ static const struct {
     {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
+/* multipleOf beside an enum: both readings (ajv divides doubles; Python's json, integers exact) */
+#define MOD3 "{\"enum\":[9007199254740993,9007199254740995,9007199254740996],\"multipleOf\":3}"
+    {MOD3, "9007199254740993", 0}, /* a multiple, but JSON.parse reads 9007199254740992 */
+    {MOD3, "9007199254740995", 0}, /* no multiple, but JSON.parse reads 9007199254740996 */
+    {MOD3, "9007199254740996", 1},
+#undef MOD3
+    {"{\"enum\":[0.3,0.5],\"multipleOf\":0.1}", "0.3", 0},
+    {"{\"enum\":[0.3,0.5],\"multipleOf\":0.1}", "0.5", 1},
     /* OpenAI's strict-mode formats beyond those four (they were refused): what the grammar writes */
     {"{\"type\":\"string\",\"format\":\"time\"}", "\"23:59:59.5+05:30\"", 1},
     /* ajv-formats: a zone is required */
@@ -1080,6 +1088,70 @@ static int edge_run(const k3_gvocab *v) {
                    edge_docs[k].want ? "accepted" : "rejected");
     }
     return ok;
+}
+
+/* Integers under multipleOf and bounds, every candidate text checked: each integer from 40 below
+ * the range to 40 above it is taken exactly when it is within the bounds and a multiple (and,
+ * under multipleOf, at most 2^53 in magnitude, where ajv's x / k is exact), and no other spelling
+ * of a number is (a leading zero, "-0", "+", a fraction, an exponent). Fails on the old code, which
+ * refused multipleOf, and on a remainder carried wrong across a digit. */
+static void int_mod_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        long long   lo, hi, k; /* the integers the schema takes: [lo, hi], multiples of k */
+    } cs[] = {
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100,\"maximum\":250}", -100, 250, 7},
+        {"{\"type\":\"integer\",\"multipleOf\":12,\"exclusiveMinimum\":-37,\"exclusiveMaximum\":1201}", -36,
+         1200, 12},
+        {"{\"type\":\"number\",\"multipleOf\":25,\"minimum\":-0.5,\"maximum\":999.5}", 0, 999, 25},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":-99999,\"maximum\":99999}", -99999, 99999,
+         1000},
+        {"{\"type\":\"integer\",\"multipleOf\":997,\"minimum\":9007199254740000}", 9007199254740000,
+         9007199254740992, 997},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"maximum\":-9007199254740900}", -9007199254740992,
+         -9007199254740900, 3},
+        {"{\"type\":\"integer\",\"minimum\":-60,\"maximum\":60}", -60, 60, 1},
+    };
+    int bad = 0, n_doc = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        long long from = cs[i].lo - 40, to = cs[i].hi + 40, step = to - from > 4000 ? (to - from) / 2000 : 1;
+        for (long long x = from; x <= to; x += x < cs[i].lo + 40 || x > cs[i].hi - 80 ? 1 : step) {
+            char t[6][40];
+            int  complete, want = x >= cs[i].lo && x <= cs[i].hi && x % cs[i].k == 0;
+            snprintf(t[0], sizeof t[0], "%lld", x);
+            snprintf(t[1], sizeof t[1], "%s0%lld", x < 0 ? "-" : "", x < 0 ? -x : x);
+            snprintf(t[2], sizeof t[2], "+%lld", x);
+            snprintf(t[3], sizeof t[3], "%lld.0", x);
+            snprintf(t[4], sizeof t[4], "%llde0", x);
+            snprintf(t[5], sizeof t[5], "-%lld", x);
+            for (int f = 0; f < 6; f++) {
+                if (f == 5 && x != 0)
+                    continue; /* "-0" */
+                int got = feed_bytes(g, t[f], strlen(t[f]), &complete) == -1 && complete;
+                n_doc++;
+                if (got != (f == 0 && want)) {
+                    if (bad++ < 5)
+                        printf("# %s: %s %s\n", cs[i].sch, t[f], got ? "taken" : "refused");
+                }
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad,
+            "integers under multipleOf and bounds: %d texts taken exactly when in range, a multiple and "
+            "canonical (%d wrong)",
+            n_doc, bad);
+    k3_grammar *g  = NULL;
+    k3_status   st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.1}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: a fraction"),
+            "a fractional multipleOf is refused naming it: %.120s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
 }
 
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
@@ -1472,6 +1544,7 @@ int main(int argc, char **argv) {
     if (!st)
         k3_grammar_free(g);
     num_bounds_exact(v);
+    int_mod_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());

@@ -10,7 +10,8 @@
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
  *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
  *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
- *   minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound;
+ *   multipleOf (integers up to 1000: emit_integer), minimum, maximum, exclusiveMinimum,
+ *   exclusiveMaximum (integers: exactly and as doubles, int_bound;
  * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
  * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
  * (recursion through calls), the annotations ($id at the root only). Anything else is refused with
@@ -62,6 +63,9 @@ typedef struct sc {
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
     int         n_pat, cap_pat;
+    int         mod;  /* multipleOf of the integer being written (0: none; digits, mod_tail) */
+    int        *tail; /* (17, mod) mod_tail's nodes, -2 not made yet */
+    int         tail_to;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -77,7 +81,7 @@ static const char *const keywords[]    = {
        "type",    "enum",        "const",    "properties", "required",         "additionalProperties",
        "items",   "prefixItems", "minItems", "maxItems",   "minLength",        "maxLength",
        "pattern", "format",      "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum",
-       "anyOf",   "oneOf",       "allOf",    "$ref",       "uniqueItems"};
+       "anyOf",   "oneOf",       "allOf",    "$ref",       "uniqueItems",      "multipleOf"};
 
 static int in_list(const char *k, const char *const *l, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -197,13 +201,43 @@ static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
     return st;
 }
 
-/* Digits of a fixed length n between lo and hi (strings of n digits). */
-static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, int to) {
+/* Under multipleOf c->mod: the node from which m more digits, any of them, end at c->tail_to
+ * with the whole magnitude a multiple of mod, having read digits of remainder r so far (-1: none
+ * does; g_finish drops the edges into dead ends). Shared by every prefix with that remainder, so
+ * the multiples of mod up to 16 digits cost 16 * mod nodes of 10 edges. */
+static int mod_tail(sc *c, int m, int r, k3_status *st) {
+    int *t = &c->tail[m * c->mod + r];
+    if (m == 0)
+        return r ? -1 : c->tail_to;
+    if (*t != -2 || *st)
+        return *t;
+    if ((*t = node(c)) < 0)
+        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
+    for (int d = 0; d < 10 && !*st; d++) {
+        int nx = mod_tail(c, m - 1, (int)((10LL * r + d) % c->mod), st);
+        if (nx >= 0 && !*st)
+            *st = g_byte(c->g, c->tail[m * c->mod + r], (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
+    }
+    return c->tail[m * c->mod + r];
+}
+
+/* Digits of a fixed length n between lo and hi (strings of n digits), after digits of
+ * remainder r modulo c->mod (0 without multipleOf). */
+static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int from, int to) {
     if (n == 0)
-        return g_eps(c->g, from, to);
+        return r ? K3_OK : g_eps(c->g, from, to);
     int all = 1;
     for (int k = 1; k < n; k++)
         all &= lo[k] == '0' && hi[k] == '9';
+    if (all && c->mod) { /* [lo0-hi0] then n - 1 free digits that end at a multiple */
+        k3_status st = K3_OK;
+        for (int d = lo[0]; d <= hi[0] && !st; d++) {
+            int nx = mod_tail(c, n - 1, (int)((10LL * r + d - '0') % c->mod), &st);
+            if (nx >= 0 && !st)
+                st = g_byte(c->g, from, (uint8_t)d, (uint8_t)d, nx);
+        }
+        return st;
+    }
     if (all) { /* [lo0-hi0][0-9]{n-1} */
         int cur = from;
         for (int k = 0; k < n; k++) {
@@ -219,22 +253,27 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, 
     k3_status st;
     memset(zeros, '0', sizeof zeros);
     memset(nines, '9', sizeof nines);
+#define NEXT(d) (c->mod ? (int)((10LL * r + (d) - '0') % c->mod) : 0)
     if (lo[0] == hi[0]) {
         int m = node(c);
         if ((st = g_byte(c->g, from, lo[0], lo[0], m)))
             return st;
-        return digits(c, lo + 1, hi + 1, n - 1, m, to);
+        return digits(c, lo + 1, hi + 1, n - 1, NEXT(lo[0]), m, to);
     }
     int m1 = node(c), m2 = node(c);
-    if ((st = g_byte(c->g, from, lo[0], lo[0], m1)) || (st = digits(c, lo + 1, nines, n - 1, m1, to)) ||
-        (st = g_byte(c->g, from, hi[0], hi[0], m2)) || (st = digits(c, zeros, hi + 1, n - 1, m2, to)))
+    if ((st = g_byte(c->g, from, lo[0], lo[0], m1)) ||
+        (st = digits(c, lo + 1, nines, n - 1, NEXT(lo[0]), m1, to)) ||
+        (st = g_byte(c->g, from, hi[0], hi[0], m2)) ||
+        (st = digits(c, zeros, hi + 1, n - 1, NEXT(hi[0]), m2, to)))
         return st;
-    if (lo[0] + 1 <= hi[0] - 1) {
-        int m3 = node(c);
-        if ((st = g_byte(c->g, from, lo[0] + 1, hi[0] - 1, m3)) ||
-            (st = digits(c, zeros, nines, n - 1, m3, to)))
-            return st;
+    if (lo[0] + 1 <= hi[0] - 1) { /* the digits between: free after them (the all case) */
+        char mid[2] = {(char)(lo[0] + 1), (char)(hi[0] - 1)};
+        char lo2[24], hi2[24];
+        lo2[0] = mid[0], hi2[0] = mid[1];
+        memcpy(lo2 + 1, zeros, (size_t)n - 1), memcpy(hi2 + 1, nines, (size_t)n - 1);
+        return digits(c, lo2, hi2, n, r, from, to);
     }
+#undef NEXT
     return K3_OK;
 }
 
@@ -249,7 +288,7 @@ static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
         k3_status st;
         snprintf(sl, sizeof sl, "%lld", lo);
         snprintf(sh, sizeof sh, "%lld", hi);
-        if ((st = digits(c, sl, sh, L, from, to)))
+        if ((st = digits(c, sl, sh, L, 0, from, to)))
             return st;
     }
     return K3_OK;
@@ -330,15 +369,59 @@ static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, 
     return K3_OK;
 }
 
-static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
-    long long lo = -G_INT_MAX, hi = G_INT_MAX;
+#define G_MOD_MAX 1000             /* the greatest multipleOf written (16 * it nodes) */
+#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
+
+/* multipleOf of schema s: *k 0 without one; the grammar writes integer ones up to G_MOD_MAX. A
+ * validator divides in doubles (ajv: x / k must be an integer; Python's jsonschema too, for a
+ * float k), so a fraction is refused: under multipleOf 0.1, 0.3 / 0.1 is 2.9999999999999996. */
+static k3_status multiple_of(const jv *s, const char *path, long long *k) {
+    const jv *v = jv_get(s, "multipleOf");
+    double    d;
     k3_status st;
-    for (int k = 0; k < 4; k++) {
-        const jv *v = jv_get(s, bound_key[k]);
-        if (v && (st = int_bound(v, path, k, &lo, &hi)))
+    *k = 0;
+    if (!v)
+        return K3_OK;
+    if ((st = bound_value(v, path, "multipleOf", &d)))
+        return st;
+    if (!(d > 0))
+        return bad(path, "multipleOf", "a number above 0");
+    if (d != floor(d))
+        return unsupported(path, "multipleOf",
+                           "a fraction (validators divide in doubles: under multipleOf 0.1, 0.3 / 0.1 is "
+                           "2.9999999999999996, not a multiple); only integers up to 1000 are written");
+    if (d > G_MOD_MAX)
+        return unsupported(path, "multipleOf", "above 1000 (each remainder is a grammar node per digit)");
+    *k = (long long)d;
+    return K3_OK;
+}
+
+/* An integer (or a number under an integer multipleOf: those are integers) within the bounds;
+ * under multipleOf k, a multiple of k of at most 2^53 in magnitude (where x / k is exact in
+ * doubles, as ajv divides): the digits carry their remainder (digits, mod_tail). */
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX, k;
+    k3_status st;
+    for (int b = 0; b < 4; b++) {
+        const jv *v = jv_get(s, bound_key[b]);
+        if (v && (st = int_bound(v, path, b, &lo, &hi)))
             return st;
     }
-    return int_range(c, lo, hi, from, to);
+    if ((st = multiple_of(s, path, &k)))
+        return st;
+    if (k <= 1)
+        return int_range(c, lo, hi, from, to);
+    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
+    if (!(c->tail = k3_malloc(17 * (size_t)k * sizeof *c->tail)))
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (long long i = 0; i < 17 * k; i++)
+        c->tail[i] = -2;
+    c->mod = (int)k, c->tail_to = to;
+    st     = int_range(c, lo, hi, from, to);
+    c->mod = 0;
+    free(c->tail);
+    c->tail = NULL;
+    return st;
 }
 
 /* ---- numbers within bounds ---------------------------------------------------------------
@@ -1375,6 +1458,27 @@ static int value_eq(const jv *a, const jv *b, int py) {
     }
 }
 
+/* x is a multiple of k (its double d > 0) in reading py (vc): ajv's x / k !== parseInt(x / k) in
+ * doubles (so an integral quotient of 1e21 or more, printed with an exponent, fails); Python's
+ * jsonschema: an exact remainder for integers, x % k for a float x, the quotient for a float k
+ * (one that overflows is taken as failing, as at worst a value is left out). */
+static int multiple_ok(const jv *x, const jv *k, double d, int py) {
+    if (!py || k->kind == JV_FLOAT) {
+        double q = jv_number(x) / d;
+        return isfinite(q) && q == floor(q) && (py || fabs(q) < 1e21);
+    }
+    if (x->kind == JV_FLOAT)
+        return fmod(x->d, d) == 0;
+    __extension__ typedef unsigned __int128 u128;
+    u128                                    m = 0, r = 0; /* the remainder of |x|, digit by digit */
+    int huge = k->n > 37; /* past 10^37 r * 10 may overflow: only 0 is taken (at worst left out) */
+    for (const char *p = k->s; !huge && *p; p++)
+        m = m * 10 + (unsigned)(*p - '0');
+    for (const char *p = x->s + (x->s[0] == '-'); *p; p++)
+        r = huge ? r || *p != '0' : (r * 10 + (unsigned)(*p - '0')) % m;
+    return r == 0;
+}
+
 /* A string's length as JSON Schema counts it: code points (a character past U+FFFF is one). */
 static size_t code_points(const jv *x) {
     size_t n = 0;
@@ -1836,6 +1940,15 @@ static k3_status vcheck(vc *v, const jv *s, const jv *x, const char *path, int d
         if (b == 0 ? r < 0 : b == 1 ? r <= 0 : b == 2 ? r > 0 : r >= 0)
             return *ok = 0, K3_OK;
     }
+    if ((k = jv_get(s, "multipleOf")) && is_num(x)) {
+        double d;
+        if ((st = bound_value(k, path, "multipleOf", &d)))
+            return st;
+        if (!(d > 0))
+            return bad(path, "multipleOf", "a number above 0");
+        if (!multiple_ok(x, k, d, v->py))
+            return *ok = 0, K3_OK;
+    }
     if ((k = jv_get(s, "const")) && (!skip || strcmp(skip, "const")) && !value_eq(x, k, v->py))
         return *ok = 0, K3_OK;
     if ((k = jv_get(s, "enum")) && (!skip || strcmp(skip, "enum"))) {
@@ -1974,7 +2087,7 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
                 types |= T_ARR;
             else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
                 types |= T_STR;
-            else if (strstr(k, "imum"))
+            else if (strstr(k, "imum") || !strcmp(k, "multipleOf"))
                 types |= T_INT;
         }
         if (!types) {
@@ -1988,7 +2101,9 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
-    if (types & T_NUM)
+    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples of an integer are integers */
+        st = emit_integer(c, s, path, from, to);
+    else if (types & T_NUM)
         st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
         st = emit_integer(c, s, path, from, to);
