@@ -1152,6 +1152,12 @@ static void int_mod_exact(const k3_gvocab *v) {
     T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: a fraction"),
             "a fractional multipleOf is refused naming it: %.120s", st ? k3_errmsg() : "it compiled");
     k3_grammar_free(g);
+    g  = NULL; /* multiples exist, but none within 2^53: refused, not "no document satisfies it" */
+    st = compile(v, "{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":9007199254740993}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: bounds beyond 2^53"),
+            "multipleOf with bounds past 2^53 is refused naming it: %.120s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
 }
 
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers

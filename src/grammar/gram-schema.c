@@ -411,6 +411,10 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
         return st;
     if (k <= 1)
         return int_range(c, lo, hi, from, to);
+    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* integers, none of them written */
+        return unsupported(path, "multipleOf",
+                           "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
+                           "doubles is not exact, so only multiples within it are written");
     lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
     if (!(c->tail = k3_malloc(17 * (size_t)k * sizeof *c->tail)))
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
