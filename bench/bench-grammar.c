@@ -12,6 +12,12 @@
  *   BENCH grammar_mask_object_med  X us ref Y us        json_object (--json), warm, median; ref p99
  *   BENCH grammar_mask_long_cold_med X us ref Y us      a string of 300..1000 characters, 4 walks on
  *                                                       one grammar, the first cold; median, ref p99
+ *   BENCH grammar_mask_pattern_len_cold_med X us ref Y us   patterns within lengths (g_pattern_len: the
+ *                                                       automaton times a count of characters): an
+ *                                                       anchored class of 100..400 characters and an
+ *                                                       unanchored \d{3} in 50..200, 4 walks each,
+ *                                                       the first cold; median, ref p99
+ *   BENCH grammar_mask_pattern_len_warm_med X us ref Y us   the same 8 walks again (caches hot)
  *   BENCH grammar_mask_tools_med   X us ref Y us        the tool-call grammar (3 tools, required), warm,
  *                                                       median; ref p99
  *   BENCH grammar_mask_enum_cold_med X us ref Y us      an enum of 5,000 strings with a common prefix,
@@ -351,6 +357,26 @@ int bench_grammar(void) {
             bench_report("grammar_mask_long_cold_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
             k3_grammar_free(g);
         }
+    }
+    { /* patterns within lengths: pattern x count nodes, each visited cold once */
+        static const char *const pl[] = {
+            "{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\",\"minLength\":100,\"maxLength\":400}",
+            "{\"type\":\"string\",\"pattern\":\"\\\\d{3}\",\"minLength\":50,\"maxLength\":200}"};
+        k3_grammar *g[2] = {NULL, NULL};
+        int         no   = 0;
+        if (!k3_grammar_json_schema(v, pl[0], strlen(pl[0]), &g[0]) &&
+            !k3_grammar_json_schema(v, pl[1], strlen(pl[1]), &g[1])) {
+            for (int round = 0; round < 2; round++, no = 0) {
+                for (int k = 0; k < 2; k++)
+                    for (uint64_t seed = 1; seed <= 4; seed++)
+                        walk(g[k], v, seed, t, &no);
+                const char *name =
+                    round ? "grammar_mask_pattern_len_warm_med" : "grammar_mask_pattern_len_cold_med";
+                bench_report(name, 1e6 * pct(t, no, 0.5), "us", 1e6 * pct(t, no, 0.99), "us");
+            }
+        }
+        k3_grammar_free(g[0]);
+        k3_grammar_free(g[1]);
     }
     { /* the tool-call grammar of three tools (tool_choice required), warm */
         static const char tools[] =

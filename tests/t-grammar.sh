@@ -10,12 +10,14 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
-#   - tests/fixtures/grammar-walk.jsonl (90 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
+#   - tests/fixtures/grammar-walk.jsonl (101 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
 #     with other keywords, number bounds (fractional ones too), a tagged oneOf, tricky strings)
 #     x 40 walks, each token drawn uniformly from the mask (test-grammar --walk): every finished document validates;
-#   - tests/fixtures/grammar-walk-tools.jsonl (13 string schemas: patterns, formats and lengths) x 40
+#   - tests/fixtures/grammar-walk-tools.jsonl (15 string schemas: patterns, formats and lengths) x 40
 #     walks of a tool call whose one argument has that schema (test-grammar --walk-tools): every raw
 #     value validates;
+#   - tests/fixtures/grammar-keep.tsv (670 values beside a format or a multipleOf: edges and random edits) as
+#     enum values (test-grammar --keep): each is kept exactly when ajv + ajv-formats validates it;
 #   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;
 #   - --json: one JSON object; an unsupported keyword: status 1 naming it and its path;
 #     --max-tokens too small: status 1 naming the reason.
@@ -124,7 +126,14 @@ node "$K3_SRC/tests/grammar-validate.cjs" "$K3_SRC/tests/fixtures/grammar-walk.j
     "$K3_TMP/walk-tools.tsv" 40) > "$K3_TMP/walk-tools.log" 2>&1
 grep -E '^(PASS|FAIL): ' "$K3_TMP/walk-tools.log" | sed 's/^\(PASS\|FAIL\): --walk/&-tools/'
 node "$K3_SRC/tests/grammar-validate.cjs" "$K3_SRC/tests/fixtures/grammar-walk-tools.jsonl" "$K3_TMP/walk-tools.tsv" \
-    "grammar-walk-tools.jsonl x 40 uniform walks of a tool call's raw string argument" 13
+    "grammar-walk-tools.jsonl x 40 uniform walks of a tool call's raw string argument" 15
+
+# --- enum values beside a format: kept exactly when ajv + ajv-formats validates them ---
+(cd "$K3_SRC" && "$K3_BUILD/tests/test-grammar" --keep tests/fixtures/grammar-keep.tsv "$K3_TMP/keep.tsv") \
+    > "$K3_TMP/keep.log" 2>&1
+grep -E '^(PASS|FAIL): ' "$K3_TMP/keep.log"
+node "$K3_SRC/tests/grammar-keep.cjs" "$K3_SRC/tests/fixtures/grammar-keep.tsv" "$K3_TMP/keep.tsv" \
+    "grammar-keep.tsv (formats' edges and random edits, multipleOf)"
 
 # --- the command line: one seed per schema, stdout validated ---
 : > "$K3_TMP/cli.tsv"

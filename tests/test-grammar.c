@@ -13,6 +13,7 @@
  *   test-grammar --release-vocab          exact masks on the release-size vocabulary (t-grammar.sh)
  *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
  *   test-grammar --walk-tools SCHEMAS OUT N   the same through a tool call's raw string argument
+ *   test-grammar --keep CASES OUT         enum values kept or left out, for ajv (t-grammar.sh; keep_out)
  */
 #include "test.h"
 #include "gram-impl.h" /* g_match_budget, g_match_stats: the mask's work */
@@ -550,6 +551,60 @@ static void walk_out(const char *schemas, const char *outp, int n, int tools, in
     k3_tok_free(tok);
 }
 
+/* --keep CASES OUT (t-grammar.sh, which compares OUT with ajv's verdicts, grammar-keep.cjs): each
+ * line of CASES (but empty ones and # comments) is "SCHEMA<TAB>VALUE" (SCHEMA a JSON object, VALUE compact
+ * JSON); the grammar of
+ * {"anyOf":[SCHEMA + "enum":[VALUE], {"type":"null"}]} keeps VALUE exactly when SCHEMA's other
+ * keywords allow it (value_ok, as ajv-formats reads a format), so OUT gets "LINE<TAB>1" when the
+ * grammar takes VALUE, "LINE<TAB>0" when not; a schema that does not compile is a failure. */
+static void keep_out(const char *cases, const char *outp) {
+    k3_tok    *tok;
+    k3_gvocab *v;
+    size_t     len;
+    char      *text  = t_read_file(cases, &len);
+    FILE      *out   = fopen(outp, "w");
+    int        lines = 0, bad = 0, kept = 0, left = 0;
+    if (!text || !out || k3_tok_load("models/k3-nano", NULL, &tok) ||
+        k3_gvocab_new(tok, k3_tok_n_vocab(tok), -1, &v)) {
+        T_CHECK(0, "--keep: %s and %s, k3-nano's tokenizer: %s", cases, outp, k3_errmsg());
+        return;
+    }
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        if ((nl = strchr(line, '\n')))
+            *nl = 0;
+        char *tab = strchr(line, '\t'), *close = tab ? memrchr(line, '}', (size_t)(tab - line)) : NULL;
+        lines++;
+        if (!*line || *line == '#')
+            continue;
+        if (!close) {
+            printf("# line %d: not SCHEMA<TAB>VALUE\n", lines);
+            bad++;
+            continue;
+        }
+        k3_buf      sch = {0};
+        k3_grammar *g;
+        int         complete = 0;
+        k3_buf_printf(&sch, "{\"anyOf\":[%.*s%s\"enum\":[%s]},{\"type\":\"null\"}]}", (int)(close - line),
+                      line, close > line + 1 ? "," : "", tab + 1);
+        if (compile(v, sch.p, &g)) {
+            printf("# line %d does not compile: %s\n", lines, k3_errmsg());
+            bad++;
+        } else {
+            int in = feed_bytes(g, tab + 1, strlen(tab + 1), &complete) == -1 && complete;
+            fprintf(out, "%d\t%d\n", lines, in);
+            kept += in, left += !in;
+            k3_grammar_free(g);
+        }
+        free(sch.p);
+    }
+    fclose(out);
+    T_CHECK(kept + left > 0 && bad == 0, "--keep: %d of %d cases compile (%d values kept, %d left out)",
+            kept + left, kept + left + bad, kept, left);
+    free(text);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+}
+
 /* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
  * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
  * structural byte, and 500 others. */
@@ -978,6 +1033,38 @@ static const struct {
     {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
+/* multipleOf beside an enum: both readings (ajv divides doubles; Python's json, integers exact) */
+#define MOD3 "{\"enum\":[9007199254740993,9007199254740995,9007199254740996],\"multipleOf\":3}"
+    {MOD3, "9007199254740993", 0}, /* a multiple, but JSON.parse reads 9007199254740992 */
+    {MOD3, "9007199254740995", 0}, /* no multiple, but JSON.parse reads 9007199254740996 */
+    {MOD3, "9007199254740996", 1},
+#undef MOD3
+    {"{\"enum\":[0.3,0.5],\"multipleOf\":0.1}", "0.3", 0},
+    {"{\"enum\":[0.3,0.5],\"multipleOf\":0.1}", "0.5", 1},
+    /* OpenAI's strict-mode formats beyond those four (they were refused): what the grammar writes */
+    {"{\"type\":\"string\",\"format\":\"time\"}", "\"23:59:59.5+05:30\"", 1},
+    /* ajv-formats: a zone is required */
+    {"{\"type\":\"string\",\"format\":\"time\"}", "\"23:59:59\"", 0},
+    {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P1Y2M3DT4H5M6S\"", 1},
+    {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P1W\"", 1},
+    {"{\"type\":\"string\",\"format\":\"duration\"}", "\"PT\"", 0},
+    {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P\"", 0},
+    {"{\"type\":\"string\",\"format\":\"hostname\"}", "\"api.example.com\"", 1},
+    {"{\"type\":\"string\",\"format\":\"hostname\"}", "\"-a.com\"", 0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"255.0.10.9\"", 1},
+    {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"256.0.10.9\"", 0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"01.0.10.9\"", 0},
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"::1\"", 1},
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"fe80::1:2:3:4:5:6\"", 1},
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"1:2:3:4:5:6:7::8\"", 0}, /* 8 and :: */
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"1::2::3\"", 0},
+    /* and what the enum check keeps, as ajv-formats reads it */
+    {"{\"format\":\"ipv6\",\"enum\":[\"::FFFF:1.2.3.4\",\"1:2:3:4:5:6:7:1.2.3.4\"]}", "\"::FFFF:1.2.3.4\"",
+     1},
+    {"{\"format\":\"ipv6\",\"enum\":[\"::FFFF:1.2.3.4\",\"1:2:3:4:5:6:7:1.2.3.4\"]}",
+     "\"1:2:3:4:5:6:7:1.2.3.4\"", 0},
+    {"{\"format\":\"duration\",\"enum\":[\"P1M1Y\",\"PT1H\"]}", "\"P1M1Y\"", 0},
+    {"{\"format\":\"hostname\",\"enum\":[\"A.b-c.d.\",\"a..b\"]}", "\"A.b-c.d.\"", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1001,6 +1088,76 @@ static int edge_run(const k3_gvocab *v) {
                    edge_docs[k].want ? "accepted" : "rejected");
     }
     return ok;
+}
+
+/* Integers under multipleOf and bounds, every candidate text checked: each integer from 40 below
+ * the range to 40 above it is taken exactly when it is within the bounds and a multiple (and,
+ * under multipleOf, at most 2^53 in magnitude, where ajv's x / k is exact), and no other spelling
+ * of a number is (a leading zero, "-0", "+", a fraction, an exponent). Fails on the old code, which
+ * refused multipleOf, and on a remainder carried wrong across a digit. */
+static void int_mod_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        long long   lo, hi, k; /* the integers the schema takes: [lo, hi], multiples of k */
+    } cs[] = {
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100,\"maximum\":250}", -100, 250, 7},
+        {"{\"type\":\"integer\",\"multipleOf\":12,\"exclusiveMinimum\":-37,\"exclusiveMaximum\":1201}", -36,
+         1200, 12},
+        {"{\"type\":\"number\",\"multipleOf\":25,\"minimum\":-0.5,\"maximum\":999.5}", 0, 999, 25},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":-99999,\"maximum\":99999}", -99999, 99999,
+         1000},
+        {"{\"type\":\"integer\",\"multipleOf\":997,\"minimum\":9007199254740000}", 9007199254740000,
+         9007199254740992, 997},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"maximum\":-9007199254740900}", -9007199254740992,
+         -9007199254740900, 3},
+        {"{\"type\":\"integer\",\"minimum\":-60,\"maximum\":60}", -60, 60, 1},
+    };
+    int bad = 0, n_doc = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        long long from = cs[i].lo - 40, to = cs[i].hi + 40, step = to - from > 4000 ? (to - from) / 2000 : 1;
+        for (long long x = from; x <= to; x += x < cs[i].lo + 40 || x > cs[i].hi - 80 ? 1 : step) {
+            char t[6][40];
+            int  complete, want = x >= cs[i].lo && x <= cs[i].hi && x % cs[i].k == 0;
+            snprintf(t[0], sizeof t[0], "%lld", x);
+            snprintf(t[1], sizeof t[1], "%s0%lld", x < 0 ? "-" : "", x < 0 ? -x : x);
+            snprintf(t[2], sizeof t[2], "+%lld", x);
+            snprintf(t[3], sizeof t[3], "%lld.0", x);
+            snprintf(t[4], sizeof t[4], "%llde0", x);
+            snprintf(t[5], sizeof t[5], "-%lld", x);
+            for (int f = 0; f < 6; f++) {
+                if (f == 5 && x != 0)
+                    continue; /* "-0" */
+                int got = feed_bytes(g, t[f], strlen(t[f]), &complete) == -1 && complete;
+                n_doc++;
+                if (got != (f == 0 && want)) {
+                    if (bad++ < 5)
+                        printf("# %s: %s %s\n", cs[i].sch, t[f], got ? "taken" : "refused");
+                }
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad,
+            "integers under multipleOf and bounds: %d texts taken exactly when in range, a multiple and "
+            "canonical (%d wrong)",
+            n_doc, bad);
+    k3_grammar *g  = NULL;
+    k3_status   st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.1}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: a fraction"),
+            "a fractional multipleOf is refused naming it: %.120s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL; /* multiples exist, but none within 2^53: refused, not "no document satisfies it" */
+    st = compile(v, "{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":9007199254740993}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: bounds beyond 2^53"),
+            "multipleOf with bounds past 2^53 is refused naming it: %.120s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
 }
 
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
@@ -1149,6 +1306,10 @@ int main(int argc, char **argv) {
     if (argc == 5 && (!strcmp(argv[1], "--walk") || !strcmp(argv[1], "--walk-tools"))) { /* t-grammar.sh */
         int tools = !strcmp(argv[1], "--walk-tools");
         walk_out(argv[2], argv[3], atoi(argv[4]), tools, tools ? 10 : 40);
+        return t_done();
+    }
+    if (argc == 4 && !strcmp(argv[1], "--keep")) { /* t-grammar.sh */
+        keep_out(argv[2], argv[3]);
         return t_done();
     }
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
@@ -1389,6 +1550,7 @@ int main(int argc, char **argv) {
     if (!st)
         k3_grammar_free(g);
     num_bounds_exact(v);
+    int_mod_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());

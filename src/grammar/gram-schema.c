@@ -8,12 +8,14 @@
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
  *   allow it: vcheck, a validator of one value), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
- *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (date-time, date, uuid,
- *   email), minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as
- *   doubles, int_bound; numbers without an exponent: emit_number_range), anyOf, oneOf
- *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
- * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
- * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
+ *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
+ *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
+ *   multipleOf (integers up to 1000: emit_integer), minimum, maximum, exclusiveMinimum,
+ *   exclusiveMaximum (integers: exactly and as doubles, int_bound;
+ * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
+ * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
+ * (recursion through calls), the annotations ($id at the root only). Anything else is refused with
+ * K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
@@ -61,6 +63,9 @@ typedef struct sc {
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
     int         n_pat, cap_pat;
+    int         mod;  /* multipleOf of the integer being written (0: none; digits, mod_tail) */
+    int        *tail; /* (17, mod) mod_tail's nodes, -2 not made yet */
+    int         tail_to;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -76,7 +81,7 @@ static const char *const keywords[]    = {
        "type",    "enum",        "const",    "properties", "required",         "additionalProperties",
        "items",   "prefixItems", "minItems", "maxItems",   "minLength",        "maxLength",
        "pattern", "format",      "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum",
-       "anyOf",   "oneOf",       "allOf",    "$ref",       "uniqueItems"};
+       "anyOf",   "oneOf",       "allOf",    "$ref",       "uniqueItems",      "multipleOf"};
 
 static int in_list(const char *k, const char *const *l, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -196,13 +201,43 @@ static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
     return st;
 }
 
-/* Digits of a fixed length n between lo and hi (strings of n digits). */
-static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, int to) {
+/* Under multipleOf c->mod: the node from which m more digits, any of them, end at c->tail_to
+ * with the whole magnitude a multiple of mod, having read digits of remainder r so far (-1: none
+ * does; g_finish drops the edges into dead ends). Shared by every prefix with that remainder, so
+ * the multiples of mod up to 16 digits cost 16 * mod nodes of 10 edges. */
+static int mod_tail(sc *c, int m, int r, k3_status *st) {
+    int *t = &c->tail[m * c->mod + r];
+    if (m == 0)
+        return r ? -1 : c->tail_to;
+    if (*t != -2 || *st)
+        return *t;
+    if ((*t = node(c)) < 0)
+        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
+    for (int d = 0; d < 10 && !*st; d++) {
+        int nx = mod_tail(c, m - 1, (int)((10LL * r + d) % c->mod), st);
+        if (nx >= 0 && !*st)
+            *st = g_byte(c->g, c->tail[m * c->mod + r], (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
+    }
+    return c->tail[m * c->mod + r];
+}
+
+/* Digits of a fixed length n between lo and hi (strings of n digits), after digits of
+ * remainder r modulo c->mod (0 without multipleOf). */
+static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int from, int to) {
     if (n == 0)
-        return g_eps(c->g, from, to);
+        return r ? K3_OK : g_eps(c->g, from, to);
     int all = 1;
     for (int k = 1; k < n; k++)
         all &= lo[k] == '0' && hi[k] == '9';
+    if (all && c->mod) { /* [lo0-hi0] then n - 1 free digits that end at a multiple */
+        k3_status st = K3_OK;
+        for (int d = lo[0]; d <= hi[0] && !st; d++) {
+            int nx = mod_tail(c, n - 1, (int)((10LL * r + d - '0') % c->mod), &st);
+            if (nx >= 0 && !st)
+                st = g_byte(c->g, from, (uint8_t)d, (uint8_t)d, nx);
+        }
+        return st;
+    }
     if (all) { /* [lo0-hi0][0-9]{n-1} */
         int cur = from;
         for (int k = 0; k < n; k++) {
@@ -218,22 +253,27 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, 
     k3_status st;
     memset(zeros, '0', sizeof zeros);
     memset(nines, '9', sizeof nines);
+#define NEXT(d) (c->mod ? (int)((10LL * r + (d) - '0') % c->mod) : 0)
     if (lo[0] == hi[0]) {
         int m = node(c);
         if ((st = g_byte(c->g, from, lo[0], lo[0], m)))
             return st;
-        return digits(c, lo + 1, hi + 1, n - 1, m, to);
+        return digits(c, lo + 1, hi + 1, n - 1, NEXT(lo[0]), m, to);
     }
     int m1 = node(c), m2 = node(c);
-    if ((st = g_byte(c->g, from, lo[0], lo[0], m1)) || (st = digits(c, lo + 1, nines, n - 1, m1, to)) ||
-        (st = g_byte(c->g, from, hi[0], hi[0], m2)) || (st = digits(c, zeros, hi + 1, n - 1, m2, to)))
+    if ((st = g_byte(c->g, from, lo[0], lo[0], m1)) ||
+        (st = digits(c, lo + 1, nines, n - 1, NEXT(lo[0]), m1, to)) ||
+        (st = g_byte(c->g, from, hi[0], hi[0], m2)) ||
+        (st = digits(c, zeros, hi + 1, n - 1, NEXT(hi[0]), m2, to)))
         return st;
-    if (lo[0] + 1 <= hi[0] - 1) {
-        int m3 = node(c);
-        if ((st = g_byte(c->g, from, lo[0] + 1, hi[0] - 1, m3)) ||
-            (st = digits(c, zeros, nines, n - 1, m3, to)))
-            return st;
+    if (lo[0] + 1 <= hi[0] - 1) { /* the digits between: free after them (the all case) */
+        char mid[2] = {(char)(lo[0] + 1), (char)(hi[0] - 1)};
+        char lo2[24], hi2[24];
+        lo2[0] = mid[0], hi2[0] = mid[1];
+        memcpy(lo2 + 1, zeros, (size_t)n - 1), memcpy(hi2 + 1, nines, (size_t)n - 1);
+        return digits(c, lo2, hi2, n, r, from, to);
     }
+#undef NEXT
     return K3_OK;
 }
 
@@ -248,7 +288,7 @@ static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
         k3_status st;
         snprintf(sl, sizeof sl, "%lld", lo);
         snprintf(sh, sizeof sh, "%lld", hi);
-        if ((st = digits(c, sl, sh, L, from, to)))
+        if ((st = digits(c, sl, sh, L, 0, from, to)))
             return st;
     }
     return K3_OK;
@@ -329,15 +369,63 @@ static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, 
     return K3_OK;
 }
 
-static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
-    long long lo = -G_INT_MAX, hi = G_INT_MAX;
+#define G_MOD_MAX 1000             /* the greatest multipleOf written (16 * it nodes) */
+#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
+
+/* multipleOf of schema s: *k 0 without one; the grammar writes integer ones up to G_MOD_MAX. A
+ * validator divides in doubles (ajv: x / k must be an integer; Python's jsonschema too, for a
+ * float k), so a fraction is refused: under multipleOf 0.1, 0.3 / 0.1 is 2.9999999999999996. */
+static k3_status multiple_of(const jv *s, const char *path, long long *k) {
+    const jv *v = jv_get(s, "multipleOf");
+    double    d;
     k3_status st;
-    for (int k = 0; k < 4; k++) {
-        const jv *v = jv_get(s, bound_key[k]);
-        if (v && (st = int_bound(v, path, k, &lo, &hi)))
+    *k = 0;
+    if (!v)
+        return K3_OK;
+    if ((st = bound_value(v, path, "multipleOf", &d)))
+        return st;
+    if (!(d > 0))
+        return bad(path, "multipleOf", "a number above 0");
+    if (d != floor(d))
+        return unsupported(path, "multipleOf",
+                           "a fraction (validators divide in doubles: under multipleOf 0.1, 0.3 / 0.1 is "
+                           "2.9999999999999996, not a multiple); only integers up to 1000 are written");
+    if (d > G_MOD_MAX)
+        return unsupported(path, "multipleOf", "above 1000 (each remainder is a grammar node per digit)");
+    *k = (long long)d;
+    return K3_OK;
+}
+
+/* An integer (or a number under an integer multipleOf: those are integers) within the bounds;
+ * under multipleOf k, a multiple of k of at most 2^53 in magnitude (where x / k is exact in
+ * doubles, as ajv divides): the digits carry their remainder (digits, mod_tail). */
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX, k;
+    k3_status st;
+    for (int b = 0; b < 4; b++) {
+        const jv *v = jv_get(s, bound_key[b]);
+        if (v && (st = int_bound(v, path, b, &lo, &hi)))
             return st;
     }
-    return int_range(c, lo, hi, from, to);
+    if ((st = multiple_of(s, path, &k)))
+        return st;
+    if (k <= 1)
+        return int_range(c, lo, hi, from, to);
+    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* integers, none of them written */
+        return unsupported(path, "multipleOf",
+                           "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
+                           "doubles is not exact, so only multiples within it are written");
+    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
+    if (!(c->tail = k3_malloc(17 * (size_t)k * sizeof *c->tail)))
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (long long i = 0; i < 17 * k; i++)
+        c->tail[i] = -2;
+    c->mod = (int)k, c->tail_to = to;
+    st     = int_range(c, lo, hi, from, to);
+    c->mod = 0;
+    free(c->tail);
+    c->tail = NULL;
+    return st;
 }
 
 /* ---- numbers within bounds ---------------------------------------------------------------
@@ -516,18 +604,14 @@ static k3_status emit_number(sc *c, int from, int to) {
     return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
 
-static const struct {
+/* A format keyword's entry: the grammar writes re (a subset of what the format takes, bounded so
+ * a model cannot ramble: labels of at most 16 characters, 4-digit duration fields), ok reads a
+ * value as ajv-formats 3 (full mode) does (the enum/const checks). The table is below them. */
+typedef struct g_format {
     const char *name, *re;
-} formats[] = {
-#define G_DATE                                                                                               \
-    "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
-    {"date", "^" G_DATE "$"},
-    {"date-time",
-     "^" G_DATE
-     "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
-    {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
-    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
-};
+    int (*ok)(const char *s, size_t n);
+} g_format;
+static k3_status format_of(const jv *fmt, const char *path, const g_format **out);
 
 /* minLength mn and maxLength mx (-1: none) of a string: *none 1 when no length is both (the
  * string writes nothing: g_finish reports a schema left with nothing); one past G_MAX_UNROLL
@@ -549,20 +633,15 @@ static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char 
         return unsupported(path, "format", "together with pattern");
     if (pat && pat->kind != JV_STRING)
         return bad(path, "pattern", "a string");
-    if (fmt && fmt->kind != JV_STRING)
-        return bad(path, "format", "a string");
+    k3_status       st;
+    const g_format *f;
     if (pat)
         re = pat->s, n = pat->n;
-    for (size_t k = 0; fmt && k < sizeof formats / sizeof *formats; k++)
-        if (!strcmp(fmt->s, formats[k].name))
-            re = formats[k].re, n = strlen(formats[k].re);
-    if (!re) {
-        char why[160];
-        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-        return unsupported(path, "format", why);
-    }
-    k3_status st;
-    int       none;
+    else if ((st = format_of(fmt, path, &f)))
+        return st;
+    else
+        re = f->re, n = strlen(f->re);
+    int none;
     if ((st = str_lengths(path, mn, mx, &none)) || none)
         return st;
     if (mn == 0 && mx < 0)
@@ -1383,6 +1462,27 @@ static int value_eq(const jv *a, const jv *b, int py) {
     }
 }
 
+/* x is a multiple of k (its double d > 0) in reading py (vc): ajv's x / k !== parseInt(x / k) in
+ * doubles (so an integral quotient of 1e21 or more, printed with an exponent, fails); Python's
+ * jsonschema: an exact remainder for integers, x % k for a float x, the quotient for a float k
+ * (one that overflows is taken as failing, as at worst a value is left out). */
+static int multiple_ok(const jv *x, const jv *k, double d, int py) {
+    if (!py || k->kind == JV_FLOAT) {
+        double q = jv_number(x) / d;
+        return isfinite(q) && q == floor(q) && (py || fabs(q) < 1e21);
+    }
+    if (x->kind == JV_FLOAT)
+        return fmod(x->d, d) == 0;
+    __extension__ typedef unsigned __int128 u128;
+    u128                                    m = 0, r = 0; /* the remainder of |x|, digit by digit */
+    int huge = k->n > 37; /* past 10^37 r * 10 may overflow: only 0 is taken (at worst left out) */
+    for (const char *p = k->s; !huge && *p; p++)
+        m = m * 10 + (unsigned)(*p - '0');
+    for (const char *p = x->s + (x->s[0] == '-'); *p; p++)
+        r = huge ? r || *p != '0' : (r * 10 + (unsigned)(*p - '0')) % m;
+    return r == 0;
+}
+
 /* A string's length as JSON Schema counts it: code points (a character past U+FFFF is one). */
 static size_t code_points(const jv *x) {
     size_t n = 0;
@@ -1507,30 +1607,164 @@ static int alnum(char ch) {
     return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z');
 }
 
+/* Dot-separated labels [a-z0-9]([a-z0-9-]*[a-z0-9])? of at most max characters each (any case),
+ * *dots the dots between them. */
+static int labels(const char *s, size_t n, size_t max, size_t *dots) {
+    *dots = 0;
+    for (size_t i = 0, start = 0; i <= n; i++)
+        if (i == n || s[i] == '.') {
+            if (i == start || i - start > max || !alnum(s[start]) || !alnum(s[i - 1]))
+                return 0;
+            *dots += i < n, start = i + 1;
+        } else if (!alnum(s[i]) && s[i] != '-')
+            return 0;
+    return 1;
+}
+
 /* ^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@
  *  (?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$ (case-insensitive) */
 static int fmt_email(const char *s, size_t n) {
-    size_t i = 0, dots = 0, start;
+    size_t i = 0, dots;
     for (char prev = '.'; i < n && s[i] != '@'; prev = s[i++])
         if (s[i] == '.' ? prev == '.' : !(alnum(s[i]) || (s[i] && strchr("!#$%&'*+/=?^_`{|}~-", s[i]))))
             return 0;
     if (i == 0 || i == n || s[i - 1] == '.')
         return 0;
-    for (start = ++i; i <= n; i++) /* labels: alphanumeric at both ends, '-' inside */
-        if (i == n || s[i] == '.') {
-            if (i == start || !alnum(s[start]) || !alnum(s[i - 1]))
-                return 0;
-            dots += i < n, start = i + 1;
-        } else if (!alnum(s[i]) && s[i] != '-')
-            return 0;
-    return dots >= 1;
+    return labels(s + i + 1, n - i - 1, SIZE_MAX, &dots) && dots >= 1;
 }
 
-static const struct {
-    const char *name;
-    int (*ok)(const char *s, size_t n);
-} format_check[] = {
-    {"date", fmt_date}, {"date-time", fmt_date_time}, {"uuid", fmt_uuid}, {"email", fmt_email}};
+/* ^(?=.{1,253}\.?$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-0-9a-z]{0,61}[0-9a-z])?)*\.?$
+ * (case-insensitive): labels of 1 to 63 characters, 253 characters and an optional final dot. */
+static int fmt_hostname(const char *s, size_t n) {
+    size_t dots;
+    if (n > 254 || (n == 254 && s[253] != '.'))
+        return 0;
+    n -= n && s[n - 1] == '.';
+    return n && labels(s, n, 63, &dots);
+}
+
+/* ^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$ */
+static int fmt_ipv4(const char *s, size_t n) {
+    size_t i = 0;
+    for (int part = 0; part < 4; part++) {
+        size_t j = i;
+        while (j < n && j - i < 4 && s[j] >= '0' && s[j] <= '9')
+            j++;
+        if (j == i || j - i > 3 || (j - i > 1 && s[i] == '0') || atoi(s + i) > 255 ||
+            (part < 3 ? j == n || s[j] != '.' : j != n))
+            return 0;
+        i = j + 1;
+    }
+    return 1;
+}
+
+/* ajv-formats' ipv6 (case-insensitive): 8 groups of 1 to 4 hex digits, the last two of them
+ * perhaps a dotted IPv4 address; or "::" once, standing for at least one group, with at most 7
+ * beside it. */
+static int fmt_ipv6(const char *s, size_t n) {
+    size_t i      = 0;
+    int    groups = 0, dbl = n >= 2 && s[0] == ':' && s[1] == ':';
+    if (dbl && (i = 2) == n)
+        return 1;
+    while (i < n) {
+        size_t j = i;
+        if (memchr(s + i, '.', n - i) && !memchr(s + i, ':', n - i)) { /* an IPv4 address: two groups */
+            if (!fmt_ipv4(s + i, n - i))
+                return 0;
+            groups += 2;
+            break;
+        }
+        while (j < n && j - i < 5 && hex_val(s[j]) >= 0)
+            j++;
+        if (j == i || j - i > 4)
+            return 0;
+        groups++;
+        if (j == n)
+            break;
+        if (s[j] != ':' || j + 1 == n)
+            return 0;
+        i = j + 1;
+        if (s[i] == ':') {
+            if (dbl)
+                return 0;
+            dbl = 1, i++;
+        }
+    }
+    return dbl ? groups <= 7 : groups == 8;
+}
+
+/* ^P(?!$)((\d+Y)?(\d+M)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+S)?)?|(\d+W)?)$ */
+static int fmt_duration(const char *s, size_t n) {
+    const char *unit = "YMD";
+    size_t      i = 1, j = 1;
+    int         time = 0;
+    if (n < 2 || s[0] != 'P')
+        return 0;
+    while (j < n && s[j] >= '0' && s[j] <= '9')
+        j++;
+    if (j > 1 && j + 1 == n && s[j] == 'W')
+        return 1;
+    while (i < n) {
+        if (s[i] == 'T') { /* once, and a field after it */
+            if (time++ || ++i == n)
+                return 0;
+            unit = "HMS";
+        }
+        for (j = i; j < n && s[j] >= '0' && s[j] <= '9';)
+            j++;
+        const char *u = j > i && j < n && s[j] ? strchr(unit, s[j]) : NULL;
+        if (!u)
+            return 0;
+        unit = u + 1, i = j + 1;
+    }
+    return 1;
+}
+
+#define G_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+#define G_DATE                                                                                               \
+    "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
+#define G_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define G_HEX4 "[0-9a-f]{1,4}"
+#define G_LABEL "[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?"
+#define G_DIG "[0-9]{1,4}"
+#define G_DAYS G_DIG "Y(" G_DIG "M)?(" G_DIG "D)?|" G_DIG "M(" G_DIG "D)?|" G_DIG "D"
+#define G_HOURS "T(" G_DIG "H(" G_DIG "M)?(" G_DIG "S)?|" G_DIG "M(" G_DIG "S)?|" G_DIG "S)"
+
+static const g_format formats[] = {
+    {"date", "^" G_DATE "$", fmt_date},
+    {"time", "^" G_TIME "$", fmt_time},
+    {"date-time", "^" G_DATE "T" G_TIME "$", fmt_date_time},
+    {"duration", "^P((" G_DAYS ")(" G_HOURS ")?|" G_HOURS "|" G_DIG "W)$", fmt_duration},
+    {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", fmt_uuid},
+    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$", fmt_email},
+    {"hostname", "^" G_LABEL "(\\." G_LABEL "){0,3}$", fmt_hostname},
+    {"ipv4", "^(" G_OCTET "\\.){3}" G_OCTET "$", fmt_ipv4},
+    /* 8 groups, or "::" with p groups before it and at most 7 - p after */
+    {"ipv6",
+     "^(" G_HEX4 "(:" G_HEX4 "){7}|::(" G_HEX4 "(:" G_HEX4 "){0,6})?|" G_HEX4 "::(" G_HEX4 "(:" G_HEX4
+     "){0,5})?|" G_HEX4 "(:" G_HEX4 "){1}::(" G_HEX4 "(:" G_HEX4 "){0,4})?|" G_HEX4 "(:" G_HEX4
+     "){2}::(" G_HEX4 "(:" G_HEX4 "){0,3})?|" G_HEX4 "(:" G_HEX4 "){3}::(" G_HEX4 "(:" G_HEX4
+     "){0,2})?|" G_HEX4 "(:" G_HEX4 "){4}::(" G_HEX4 "(:" G_HEX4 ")?)?|" G_HEX4 "(:" G_HEX4 "){5}::(" G_HEX4
+     ")?|" G_HEX4 "(:" G_HEX4 "){6}::)$",
+     fmt_ipv6},
+};
+
+/* The entry of format keyword fmt; one this table lacks is refused, naming those it has. */
+static k3_status format_of(const jv *fmt, const char *path, const g_format **out) {
+    char why[256];
+    int  at;
+    if (fmt->kind != JV_STRING)
+        return bad(path, "format", "a string");
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
+        if (!strcmp(fmt->s, formats[k].name))
+            return *out = &formats[k], K3_OK;
+    at = snprintf(why, sizeof why, "format \"%.64s\" (supported:", fmt->s);
+    for (size_t k = 0; k < sizeof formats / sizeof *formats && at > 0 && (size_t)at < sizeof why; k++)
+        at += snprintf(why + at, sizeof why - (size_t)at, "%s %s", k ? "," : "", formats[k].name);
+    if (at > 0 && (size_t)at < sizeof why)
+        snprintf(why + at, sizeof why - (size_t)at, ")");
+    return unsupported(path, "format", why);
+}
 
 /* *ok: string x matches pattern re (ECMAScript: anywhere in x unless anchored), matched by the
  * pattern's automaton with unbounded text around it (g_fill of a check grammar); compiled once
@@ -1609,21 +1843,13 @@ static k3_status vcheck_string(vc *v, const jv *s, const jv *x, const char *path
     *ok        = len >= (size_t)mn && (mx < 0 || len <= (size_t)mx);
     if (pat && pat->kind != JV_STRING)
         return bad(path, "pattern", "a string");
-    if (fmt && fmt->kind != JV_STRING)
-        return bad(path, "format", "a string");
     if (pat && *ok && (st = pattern_ok(v->c, pat, x, path, ok)))
         return st;
-    for (size_t k = 0; fmt && k <= sizeof format_check / sizeof *format_check; k++) {
-        if (k == sizeof format_check / sizeof *format_check) {
-            char why[160];
-            snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-            return unsupported(path, "format", why);
-        }
-        if (!strcmp(fmt->s, format_check[k].name)) {
-            *ok = *ok && format_check[k].ok(x->s, x->n);
-            break;
-        }
-    }
+    const g_format *f;
+    if (fmt && (st = format_of(fmt, path, &f)))
+        return st;
+    if (fmt)
+        *ok = *ok && f->ok(x->s, x->n);
     return K3_OK;
 }
 
@@ -1716,6 +1942,15 @@ static k3_status vcheck(vc *v, const jv *s, const jv *x, const char *path, int d
             return st;
         int r = num_cmp(x, k, v->py);
         if (b == 0 ? r < 0 : b == 1 ? r <= 0 : b == 2 ? r > 0 : r >= 0)
+            return *ok = 0, K3_OK;
+    }
+    if ((k = jv_get(s, "multipleOf")) && is_num(x)) {
+        double d;
+        if ((st = bound_value(k, path, "multipleOf", &d)))
+            return st;
+        if (!(d > 0))
+            return bad(path, "multipleOf", "a number above 0");
+        if (!multiple_ok(x, k, d, v->py))
             return *ok = 0, K3_OK;
     }
     if ((k = jv_get(s, "const")) && (!skip || strcmp(skip, "const")) && !value_eq(x, k, v->py))
@@ -1856,7 +2091,7 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
                 types |= T_ARR;
             else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
                 types |= T_STR;
-            else if (strstr(k, "imum"))
+            else if (strstr(k, "imum") || !strcmp(k, "multipleOf"))
                 types |= T_INT;
         }
         if (!types) {
@@ -1870,7 +2105,9 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
-    if (types & T_NUM)
+    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples of an integer are integers */
+        st = emit_integer(c, s, path, from, to);
+    else if (types & T_NUM)
         st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
         st = emit_integer(c, s, path, from, to);
