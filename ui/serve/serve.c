@@ -1458,6 +1458,9 @@ static void chat_completions(http_req *con) {
         srv.n_queued++;
         j->queued = 1;
     }
+    if (srv.n_active >= srv.n_slots) /* it waits (a free slot would take it at once) */
+        serve_log("#%u queued: %d choice%s, grammar %zu MB (%d active, %d queued)", seq, g.n,
+                  g.n > 1 ? "s" : "", gb >> 20, srv.n_active, srv.n_queued);
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     int stream = g.j[0]->r->stream;
