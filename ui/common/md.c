@@ -706,8 +706,18 @@ static void set_lang(R *r, const MD_ATTRIBUTE *a) {
             txt_buf_add(&r->lang, a->text + k, 1);
 }
 
+/* No span outlives its block, but md4c can leave a block with one still entered (the emphasis of
+ * "*x [l](u*)", whose closing '*' the link's destination took): every block starts and ends with
+ * none, or that emphasis would style the blocks after it, which md-stream.c, laying a document
+ * out block by block, does not. */
+static void spans_end(R *r) {
+    r->n_roles = r->span_depth = 0;
+    r->link                    = -1;
+}
+
 static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
+    spans_end(r);
     if (r->md_depth == 1) {
         r->top_n++;
         r->top_type  = type == MD_BLOCK_UL ? MD_TOP_UL : type == MD_BLOCK_OL ? MD_TOP_OL : MD_TOP_OTHER;
@@ -849,6 +859,7 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
 static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
+    spans_end(r);
     r->md_depth--;
     switch (type) {
     case MD_BLOCK_DOC:
