@@ -385,7 +385,7 @@ static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t l =
             utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp);
-        if (l <= 0)
+        if (l <= 0 || txt_ctrl_cp(cp)) /* md_render shows a C1 or bidi control as its escape */
             return k;
         k += (size_t)l;
     }

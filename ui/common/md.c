@@ -191,6 +191,35 @@ static int st_add(styled *s, const char *p, size_t n, int role, int link) {
     return 0;
 }
 
+/* Text s[0..n) added to s as it is drawn: a tab as a space and a byte that is not UTF-8 as U+FFFD,
+ * so that the bytes of two spans can never join into one character when they are drawn as
+ * separate runs; a control character but the newline (a hard break) as its escape's text (\x1B,
+ * \u202E: txt_ctrl_shown), so that the wrap counts its columns and breaks inside it when it is
+ * wider than the line, as md_code_rows does in code. 0, or -1 out of memory. */
+static int st_text(styled *t, const char *s, size_t n, int role, int link) {
+    size_t s0 = 0;
+    for (size_t k = 0; k <= n;) {
+        utf8proc_int32_t cp = 0;
+        utf8proc_ssize_t l =
+            k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
+        if (k == n || l <= 0 || cp == '\t' || (cp != '\n' && txt_ctrl_cp(cp))) {
+            char e[8] = "";
+            if (k < n && l > 0 && cp != '\t')
+                txt_ctrl_shown(s + k, (size_t)l, e);
+            const char *rep = k == n ? "" : l <= 0 ? "\xEF\xBF\xBD" : cp == '\t' ? " " : e;
+            if (st_add(t, s + s0, k - s0, role, link) || st_add(t, rep, strlen(rep), role, link))
+                return -1;
+            if (k == n)
+                break;
+            k += l <= 0 ? 1 : (size_t)l;
+            s0 = k;
+            continue;
+        }
+        k += (size_t)l;
+    }
+    return 0;
+}
+
 static void st_free(styled *s) {
     free(s->t.p);
     free(s->sp);
@@ -207,16 +236,13 @@ static void add_styled(R *r, const char *text, const span *sp, size_t n_sp, size
         size_t a = sp[j].off > off ? sp[j].off : off;
         size_t b = sp[j].off + sp[j].len < end ? sp[j].off + sp[j].len : end;
         if (b > a) {
-            /* newlines (hard breaks) and tabs are not part of a drawn line; another control
-             * byte is, as its escape's text (\x1B: the columns the wrap gave it) */
+            /* a newline (a hard break) is not part of a drawn line; the text holds no other
+             * control character (st_text) */
             size_t s0 = a;
             for (size_t q = a; q <= b; q++)
-                if (q == b || (unsigned char)text[q] < 0x20 || text[q] == 0x7f) {
+                if (q == b || text[q] == '\n') {
                     ln_add(r, text + s0, q - s0, sp[j].role, sp[j].link);
                     s0 = q + 1;
-                    char e[8];
-                    if (q < b && text[q] != '\n' && text[q] != '\t')
-                        ln_add(r, e, (size_t)txt_ctrl_shown(text + q, 1, e), sp[j].role, sp[j].link);
                 }
         }
     }
@@ -659,27 +685,8 @@ static styled *target(R *r) {
 }
 
 static void add_text(R *r, const char *s, size_t n) {
-    styled *t = target(r);
-    /* tabs become spaces and invalid UTF-8 becomes U+FFFD here, so that the bytes of two spans
-     * can never join into one character when they are drawn as separate runs */
-    size_t s0 = 0;
-    for (size_t k = 0; k <= n && !r->err;) {
-        utf8proc_int32_t cp = 0;
-        utf8proc_ssize_t l =
-            k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
-        if (k == n || l <= 0 || cp == '\t') {
-            const char *rep = k == n ? "" : l <= 0 ? "\xEF\xBF\xBD" : " ";
-            if (st_add(t, s + s0, k - s0, cur_role(r), r->link) ||
-                st_add(t, rep, strlen(rep), cur_role(r), r->link))
-                r->err = r->d->oom = 1;
-            if (k == n)
-                break;
-            k += l <= 0 ? 1 : (size_t)l;
-            s0 = k;
-            continue;
-        }
-        k += (size_t)l;
-    }
+    if (st_text(target(r), s, n, cur_role(r), r->link))
+        r->err = r->d->oom = 1;
 }
 
 static void leave_leaf_heading(R *r) {
@@ -699,8 +706,18 @@ static void set_lang(R *r, const MD_ATTRIBUTE *a) {
             txt_buf_add(&r->lang, a->text + k, 1);
 }
 
+/* No span outlives its block, but md4c can leave a block with one still entered (the emphasis of
+ * "*x [l](u*)", whose closing '*' the link's destination took): every block starts and ends with
+ * none, or that emphasis would style the blocks after it, which md-stream.c, laying a document
+ * out block by block, does not. */
+static void spans_end(R *r) {
+    r->n_roles = r->span_depth = 0;
+    r->link                    = -1;
+}
+
 static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
+    spans_end(r);
     if (r->md_depth == 1) {
         r->top_n++;
         r->top_type  = type == MD_BLOCK_UL ? MD_TOP_UL : type == MD_BLOCK_OL ? MD_TOP_OL : MD_TOP_OTHER;
@@ -842,6 +859,7 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
 static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
+    spans_end(r);
     r->md_depth--;
     switch (type) {
     case MD_BLOCK_DOC:
@@ -990,7 +1008,7 @@ static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
             styled *t    = target(r);
             r->link      = -1;
             if (st_add(t, " <", 2, THM_MD_URL, -1) ||
-                st_add(t, r->d->text.p + r->d->links[keep].off, r->d->links[keep].len, THM_MD_URL, -1) ||
+                st_text(t, r->d->text.p + r->d->links[keep].off, r->d->links[keep].len, THM_MD_URL, -1) ||
                 st_add(t, ">", 1, THM_MD_URL, -1))
                 r->err = r->d->oom = 1;
         }
