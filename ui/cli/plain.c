@@ -362,7 +362,8 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_ERROR:
         progress_end(p);
-        txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
+        if (!p->fatal) /* after it, only the engine's "no model is loaded" for a message sent */
+            txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
         break;
     case EV_INFO:
         progress_end(p);
@@ -732,10 +733,8 @@ static int handle_text(plain *p, char *line) {
         }
         return 0;
     }
-    if (p->fatal) {
-        txt_term_printf(stderr, "k3chat: no model is loaded\n");
+    if (p->fatal) /* its error was said (EV_FATAL); "no model is loaded" misled after --endpoint's */
         return 1;
-    }
     const char *text = line[0] == '/' ? line + 1 : line;
     if (p->edit_pending && p->last_user) {
         ans_drop(p, p->n_ans - 1);
