@@ -69,8 +69,10 @@ t "4: and a later /save writes them" 'head -n 1 "$K3_TMP/s4b.jsonl" | grep -q "\
 
 # ---- 5. Ctrl-C stops a message that waits for the model to load
 # Ctrl-C once the load has started (its first progress line, polled for up to 20 s; a fixed
-# half second was too short on a busy machine): the load takes 4 s, the interrupt ends it early
-printf 'load 4000\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
+# half second was too short on a busy machine); the load ends only when the test creates
+# go5, after k3chat said it is stopping (the engine, still loading, has not stopped the answer):
+# a fixed load time (4 s) failed the test whenever the interrupt came later than that
+printf 'load 400\nload-until %s/go5\ndelay 0\nresponse answer to {user}\n' "$K3_TMP" >"$K3_TMP/slow.txt"
 # stdin stays open (fd 7 holds the FIFO's write end) until the test is done with k3chat, so
 # no EOF ends the chat before the interrupt, and no feeder process outlives the test
 mkfifo "$K3_TMP/in5"
@@ -80,11 +82,14 @@ exec 7>"$K3_TMP/in5"
 printf 'hello\n' >&7
 wait_until "the first 'k3chat: loading' line" 20 grep -q "k3chat: loading" "$K3_TMP/e5"
 kill -INT $pid 2>/dev/null
+wait_until "the 'k3chat: stopping' line" 20 grep -q "k3chat: stopping" "$K3_TMP/e5"
+: >"$K3_TMP/go5"
 # the chat goes on after a Ctrl-C: its end of input comes once the stop was said
 wait_until "the 'k3chat: stopped' line" 20 grep -q "k3chat: stopped" "$K3_TMP/e5"
 exec 7>&-
 wait $pid
 t "5: the queued message is stopped" 'grep -q "k3chat: stopped" "$K3_TMP/e5"'
+t "5: the model loaded after the Ctrl-C" 'grep -q "k3chat: stopping" "$K3_TMP/e5" && grep -q "k3chat: loaded" "$K3_TMP/e5"'
 t "5: no answer arrives after the model loads" '! grep -q "answer to hello" "$K3_TMP/o5"'
 
 # ---- 7. --prompt: --max-tokens 0 means no limit; --load is refused, not ignored
