@@ -119,6 +119,12 @@ t "9: empty input, model missing: status 1 every time ($bad9 of 10 were not)" '[
 printf 'hi\n/stats\n/help temp\n/show-thinking off\nagain\n' | K3_MOCK="$mock" "$k" /no/model >"$K3_TMP/o10" 2>"$K3_TMP/e10"
 t "10: /stats prints the statistics" 'grep -q "^k3chat: context: [0-9]* of 4096 tokens" "$K3_TMP/e10" && grep -q "^k3chat: last turn: " "$K3_TMP/e10"'
 t "10: /help temp explains /temp only" 'grep -q "^/temp X  sampling temperature" "$K3_TMP/e10" && ! grep -q "/top-p" "$K3_TMP/e10"'
+# /help wraps at 80 columns when stderr is no terminal (its lines ran to 95), a command's
+# description going on under its second column
+printf '/help\n' | K3_MOCK="$mock" "$k" /no/model >/dev/null 2>"$K3_TMP/e10h"
+t "10: /help fits 80 columns, wrapped lines under the second column" \
+    'grep -q "^  /top-p X  *nucleus sampling" "$K3_TMP/e10h" && grep -q "^ \{25\}[a-z(]" "$K3_TMP/e10h" &&
+     grep -q "^  Ctrl-L  *redraw the screen" "$K3_TMP/e10h" && [ "$(awk "length(\$0) > 80" "$K3_TMP/e10h" | wc -l)" -eq 0 ]'
 t "10: /show-thinking off hides the reasoning" 'grep -q "thinking about hi" "$K3_TMP/e10" && ! grep -q "thinking about again" "$K3_TMP/e10"'
 printf 'Reverse the word planet.\n' | "$k" "$M" --think off --max-tokens 2 >/dev/null 2>"$K3_TMP/e10b"
 t "10: an answer cut by --max-tokens is reported" 'grep -q "cut off at the --max-tokens limit (2 tokens)" "$K3_TMP/e10b"'

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -678,15 +679,22 @@ static int handle_text(plain *p, char *line) {
             return 0;
         }
         switch (r.id) {
-        case CMD_HELP:
+        case CMD_HELP: {
+            /* at the terminal's width, 80 columns elsewhere (its lines ran to 95) */
+            struct winsize ws;
+            int cols = isatty(STDERR_FILENO) && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0
+                           ? ws.ws_col
+                           : 80;
             if (r.arg[0]) {
-                char u[128];
-                txt_term_printf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
-                                cmd_help((enum cmd_id)r.flag));
+                char u[128], one[512];
+                snprintf(one, sizeof one, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+                         cmd_help((enum cmd_id)r.flag));
+                txt_print_wrapped(stderr, one, cols);
             } else {
-                txt_term_printf(stderr, "%s\n", chat_help_text());
+                txt_print_wrapped(stderr, chat_help_text(), cols);
             }
             break;
+        }
         case CMD_CLEAR:
             if (keep_unsaved(p, p->el != NULL, "", UE_DROP_CLEAR))
                 break;
