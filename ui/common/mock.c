@@ -167,9 +167,15 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
                 t->delay_ms = delay = (int)ms;
             else
                 t->prefill_ms = prefill = (int)ms;
-        } else if (kw == 10 && *arg && !strncmp(line, "load-until", 10)) {
+        } else if (kw == 10 && !strncmp(line, "load-until", 10)) {
             free(m->load_until);
-            m->load_until = strdup(arg);
+            m->load_until = *arg ? strdup(arg) : NULL;
+            if (!m->load_until) {
+                snprintf(err, errn, "K3_MOCK: %s:%d: load-until: expected a file name", path, lineno);
+                fclose(f);
+                free(line);
+                return -1;
+            }
         } else if (kw == 8 && !sp && !strncmp(line, "autosave", 8)) {
             m->autosave = 1;
         } else if (kw == 5 && !strncmp(line, "think", 5)) {
