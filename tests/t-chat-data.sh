@@ -69,8 +69,10 @@ t "4: and a later /save writes them" 'head -n 1 "$K3_TMP/s4b.jsonl" | grep -q "\
 
 # ---- 5. Ctrl-C stops a message that waits for the model to load
 # Ctrl-C once the load has started (its first progress line, polled for up to 20 s; a fixed
-# half second was too short on a busy machine): the load takes 4 s, the interrupt ends it early
-printf 'load 4000\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
+# half second was too short on a busy machine); the load ends only when the test creates
+# go5, after k3chat said it is stopping (the engine, still loading, has not stopped the answer):
+# a fixed load time (4 s) failed the test whenever the interrupt came later than that
+printf 'load 400\nload-until %s/go5\ndelay 0\nresponse answer to {user}\n' "$K3_TMP" >"$K3_TMP/slow.txt"
 # stdin stays open (fd 7 holds the FIFO's write end) until the test is done with k3chat, so
 # no EOF ends the chat before the interrupt, and no feeder process outlives the test
 mkfifo "$K3_TMP/in5"
@@ -80,11 +82,14 @@ exec 7>"$K3_TMP/in5"
 printf 'hello\n' >&7
 wait_until "the first 'k3chat: loading' line" 20 grep -q "k3chat: loading" "$K3_TMP/e5"
 kill -INT $pid 2>/dev/null
+wait_until "the 'k3chat: stopping' line" 20 grep -q "k3chat: stopping" "$K3_TMP/e5"
+: >"$K3_TMP/go5"
 # the chat goes on after a Ctrl-C: its end of input comes once the stop was said
 wait_until "the 'k3chat: stopped' line" 20 grep -q "k3chat: stopped" "$K3_TMP/e5"
 exec 7>&-
 wait $pid
 t "5: the queued message is stopped" 'grep -q "k3chat: stopped" "$K3_TMP/e5"'
+t "5: the model loaded after the Ctrl-C" 'grep -q "k3chat: stopping" "$K3_TMP/e5" && grep -q "k3chat: loaded" "$K3_TMP/e5"'
 t "5: no answer arrives after the model loads" '! grep -q "answer to hello" "$K3_TMP/o5"'
 
 # ---- 7. --prompt: --max-tokens 0 means no limit; --load is refused, not ignored
@@ -114,6 +119,12 @@ t "9: empty input, model missing: status 1 every time ($bad9 of 10 were not)" '[
 printf 'hi\n/stats\n/help temp\n/show-thinking off\nagain\n' | K3_MOCK="$mock" "$k" /no/model >"$K3_TMP/o10" 2>"$K3_TMP/e10"
 t "10: /stats prints the statistics" 'grep -q "^k3chat: context: [0-9]* of 4096 tokens" "$K3_TMP/e10" && grep -q "^k3chat: last turn: " "$K3_TMP/e10"'
 t "10: /help temp explains /temp only" 'grep -q "^/temp X  sampling temperature" "$K3_TMP/e10" && ! grep -q "/top-p" "$K3_TMP/e10"'
+# /help wraps at 80 columns when stderr is no terminal (its lines ran to 95), a command's
+# description going on under its second column
+printf '/help\n' | K3_MOCK="$mock" "$k" /no/model >/dev/null 2>"$K3_TMP/e10h"
+t "10: /help fits 80 columns, wrapped lines under the second column" \
+    'grep -q "^  /top-p X  *nucleus sampling" "$K3_TMP/e10h" && grep -q "^ \{25\}[a-z(]" "$K3_TMP/e10h" &&
+     grep -q "^  Ctrl-L  *redraw the screen" "$K3_TMP/e10h" && [ "$(awk "length(\$0) > 80" "$K3_TMP/e10h" | wc -l)" -eq 0 ]'
 t "10: /show-thinking off hides the reasoning" 'grep -q "thinking about hi" "$K3_TMP/e10" && ! grep -q "thinking about again" "$K3_TMP/e10"'
 printf 'Reverse the word planet.\n' | "$k" "$M" --think off --max-tokens 2 >/dev/null 2>"$K3_TMP/e10b"
 t "10: an answer cut by --max-tokens is reported" 'grep -q "cut off at the --max-tokens limit (2 tokens)" "$K3_TMP/e10b"'

@@ -63,9 +63,11 @@ sys.exit(not (len(a) == 2 and a[0]["content"] == "ka-" and a[0].get("interrupted
 # a slow stream whose every second brings a part is not cut by the same deadline (5 s here)
 printf 'drip\n' | K3_ENDPOINT_IDLE_SECS=5 timeout 100 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1d" 2>"$K3_TMP/err1d"
 check "a part a second for 8 s: the whole answer, under a 5 s deadline" grep -qx "d0d1d2d3d4d5d6d7-end" "$K3_TMP/out1d"
-K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain </dev/null >/dev/null 2>"$K3_TMP/err1z"
-check "K3_ENDPOINT_IDLE_SECS=0 is refused at start" grep -q "K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" \
-    "$K3_TMP/err1z"
+# with a message typed: that error alone (line mode added "no model is loaded", none was to be)
+printf 'hi\n' | K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err1z"
+check "K3_ENDPOINT_IDLE_SECS=0 is refused at start, that error alone" \
+    grep -qx "k3chat: K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" "$K3_TMP/err1z"
+check "... and no other line ($(cat "$K3_TMP/err1z"))" [ "$(wc -l <"$K3_TMP/err1z")" -eq 1 ]
 
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes

@@ -47,6 +47,16 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
 LOG = os.path.join(T, "serve.log")
 SERVE = ["--serve", "127.0.0.1:0", "--model", "tiny-k3"]
+# a script that is a directory or missing is refused with the reason (a directory was read as one
+# empty turn and the server answered with it, without a word)
+for bad, why in ((T, "cannot read: Is a directory"), (SCRIPT + ".none", "cannot open: No such file")):
+    try:
+        p = subprocess.run([K3, M] + SERVE, capture_output=True, timeout=60, env=dict(env, K3_SERVE_SCRIPT=bad))
+        rc, err = p.returncode, p.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        rc, err = "none (it served)", ""
+    ok(rc == 1 and "K3_SERVE_SCRIPT: %s: %s" % (bad, why) in err,
+       "K3_SERVE_SCRIPT=%s: refused with the reason (rc %s, %r)" % (bad, rc, err[-200:]))
 srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
 
 

@@ -65,7 +65,8 @@ err=$("$K3" --tokenize "$V" "$K3_TMP" 2>&1); rc=$?
 # none, and --pattern goes with the first three only; so in the other modes: --prompt and --ids
 # take no server flag, --ids none of the chat format's, --serve no sampling (a request brings
 # its own), --replay no --system, the chat no server flag and --endpoint no --serve flag (all of
-# these were taken and ignored; --serve P --temp 0 served at the requests' temperatures)
+# these were taken and ignored; --serve P --temp 0 served at the requests' temperatures); and
+# --prompt's --think-budget with --think off (the chat keeps it for a later /think on)
 for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --tokenize" \
     "$V --prompt hi --parallel 8:--parallel has no effect with --prompt" \
     "$V --ids 1 --system s:--system has no effect with --ids" \
@@ -79,7 +80,8 @@ for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --to
     "$V --prompt hi --pattern o200k:--pattern goes with --tokenize, --detokenize and --chat-ids only" \
     "--inspect $V --pattern kimi:--pattern has no effect with --inspect" \
     "--inspect $V --temp 1:--temp has no effect with --inspect" \
-    "--chat-ids $V $K3_TMP/in.txt --max-tokens 3:--max-tokens has no effect with --chat-ids"; do
+    "--chat-ids $V $K3_TMP/in.txt --max-tokens 3:--max-tokens has no effect with --chat-ids" \
+    "$V --prompt hi --think off --think-budget 5:--think-budget has no effect with --think off"; do
     # shellcheck disable=SC2086
     err=$(timeout 60 "$K3" ${a%%:*} 2>&1 >/dev/null </dev/null); rc=$?
     [ $rc -eq 2 ] && echo "$err" | grep -qF -- "${a#*:}" && echo "PASS: k3chat ${a%%:*}: usage error ($err)" ||

@@ -103,6 +103,19 @@ int main(void) {
             no_help++;
         }
     T_CHECK(no_help == 0, "every command has help text (%d without)", no_help);
+    /* a number's range goes inside the doc's own parenthesis: /experts read "... (unset: from the
+     * memory available) (0..1000000)" */
+    int two_paren = 0;
+    for (int k = 0; k < CMD_N; k++)
+        if (strstr(cmd_help((enum cmd_id)k), ") (")) {
+            printf("  /%s: %s\n", cmd_name((enum cmd_id)k), cmd_help((enum cmd_id)k));
+            two_paren++;
+        }
+    T_CHECK(two_paren == 0, "no command's help ends in two parentheses (%d do)", two_paren);
+    T_CHECK(!strcmp(cmd_help(CMD_EXPERTS),
+                    "routed-expert cache budget in GB (unset: from the memory available; "
+                    "0..1000000)"),
+            "/experts's help: %s", cmd_help(CMD_EXPERTS));
 
     /* theme files */
     thm_spec t[THM_N];

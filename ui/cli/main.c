@@ -579,6 +579,11 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
             return 2;
         }
     }
+    /* --prompt's one answer with thinking off never reads the budget (the chat's /think on does) */
+    if (mode == CLI_ONESHOT && flag_given[K3_SETTING_THINK_BUDGET] && o->think == 0) {
+        fprintf(stderr, "k3chat: --think-budget has no effect with --think off (--prompt does not think)\n");
+        return 2;
+    }
     /* an empty name or key was taken as given: --serve listed a model called '', --endpoint sent
      * "Authorization: Bearer " (--serve refuses an empty key itself, with its key list) */
     if (o->model_name && !*o->model_name) {

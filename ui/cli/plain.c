@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -362,7 +363,8 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_ERROR:
         progress_end(p);
-        txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
+        if (!p->fatal) /* after it, only the engine's "no model is loaded" for a message sent */
+            txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
         break;
     case EV_INFO:
         progress_end(p);
@@ -677,15 +679,22 @@ static int handle_text(plain *p, char *line) {
             return 0;
         }
         switch (r.id) {
-        case CMD_HELP:
+        case CMD_HELP: {
+            /* at the terminal's width, 80 columns elsewhere (its lines ran to 95) */
+            struct winsize ws;
+            int cols = isatty(STDERR_FILENO) && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0
+                           ? ws.ws_col
+                           : 80;
             if (r.arg[0]) {
-                char u[128];
-                txt_term_printf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
-                                cmd_help((enum cmd_id)r.flag));
+                char u[128], one[512];
+                snprintf(one, sizeof one, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+                         cmd_help((enum cmd_id)r.flag));
+                txt_print_wrapped(stderr, one, cols);
             } else {
-                txt_term_printf(stderr, "%s\n", chat_help_text());
+                txt_print_wrapped(stderr, chat_help_text(), cols);
             }
             break;
+        }
         case CMD_CLEAR:
             if (keep_unsaved(p, p->el != NULL, "", UE_DROP_CLEAR))
                 break;
@@ -732,10 +741,8 @@ static int handle_text(plain *p, char *line) {
         }
         return 0;
     }
-    if (p->fatal) {
-        txt_term_printf(stderr, "k3chat: no model is loaded\n");
+    if (p->fatal) /* its error was said (EV_FATAL); "no model is loaded" misled after --endpoint's */
         return 1;
-    }
     const char *text = line[0] == '/' ? line + 1 : line;
     if (p->edit_pending && p->last_user) {
         ans_drop(p, p->n_ans - 1);

@@ -46,7 +46,9 @@ const char *cmd_usage(enum cmd_id id, char *buf, size_t n) {
     return buf;
 }
 
-/* A setting command's help: the row's doc, and the range of a number ("(0..2)"). */
+/* A setting command's help: the row's doc, and the range of a number ("(0..2)"; inside the doc's
+ * closing parenthesis when it ends in one: /experts read "... (unset: from the memory available)
+ * (0..1000000)"). */
 const char *cmd_help(enum cmd_id id) {
     static char help[CMD_N][256];
     if (id < 0 || id >= CMD_N)
@@ -55,8 +57,10 @@ const char *cmd_help(enum cmd_id id) {
         return defs[id].help;
     if (!help[id][0]) {
         const k3_setting_row *r = k3_setting(defs[id].setting);
+        size_t                n = strlen(r->doc), paren = n && r->doc[n - 1] == ')';
         if (r->type == K3_TYPE_NUM)
-            snprintf(help[id], sizeof help[id], "%s (%.15g..%.15g)", r->doc, r->lo, r->hi);
+            snprintf(help[id], sizeof help[id], "%.*s%s%.15g..%.15g)", (int)(n - paren), r->doc,
+                     paren ? "; " : " (", r->lo, r->hi);
         else
             snprintf(help[id], sizeof help[id], "%s", r->doc);
     }

@@ -2,6 +2,8 @@
  *
  * The script is plain text, one directive per line ('#' starts a comment line):
  *     load MS          simulate loading the model for MS milliseconds (progress events)
+ *     load-until FILE  the load, after its progress, waits until FILE exists (a test creates it
+ *                      once what it does during the load is seen: no guess of how long that takes)
  *     delay MS         milliseconds between tokens (default 20)
  *     prefill MS       milliseconds before the first token (default 0)
  *     hold MS          this turn stays open MS milliseconds after its last token (Ctrl-C ends it)
@@ -40,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct mcall {
     char *name, *args;
@@ -58,7 +61,8 @@ typedef struct mock {
     k3_conv *c; /* the conversation (no model) */
     double   expert_gb;
     int      ctx_used;
-    int      autosave; /* the script's "autosave" */
+    int      autosave;   /* the script's "autosave" */
+    char    *load_until; /* the script's "load-until FILE" */
 } mock;
 
 static void sleep_ms(int ms) {
@@ -163,6 +167,15 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
                 t->delay_ms = delay = (int)ms;
             else
                 t->prefill_ms = prefill = (int)ms;
+        } else if (kw == 10 && !strncmp(line, "load-until", 10)) {
+            free(m->load_until);
+            m->load_until = *arg ? strdup(arg) : NULL;
+            if (!m->load_until) {
+                snprintf(err, errn, "K3_MOCK: %s:%d: load-until: expected a file name", path, lineno);
+                fclose(f);
+                free(line);
+                return -1;
+            }
         } else if (kw == 8 && !sp && !strncmp(line, "autosave", 8)) {
             m->autosave = 1;
         } else if (kw == 5 && !strncmp(line, "think", 5)) {
@@ -267,6 +280,8 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
         if (k < 20)
             sleep_ms(load_ms / 20);
     }
+    while (m->load_until && access(m->load_until, F_OK) != 0)
+        sleep_ms(20);
     ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .a = 4, .i = 4096};
     r.gen   = (ue_gen){.temp       = (float)k3_setting(K3_SETTING_TEMP)->def,
                        .top_p      = (float)k3_setting(K3_SETTING_TOP_P)->def,
@@ -504,6 +519,7 @@ static void mock_close(void *self) {
         free(m->turns[k].calls);
     }
     free(m->turns);
+    free(m->load_until);
     k3_conv_free(m->c);
     free(m);
 }

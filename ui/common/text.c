@@ -167,6 +167,27 @@ int txt_width(const char *s, size_t n, int col0) {
     return col - col0;
 }
 
+/* txt_hang: see text.h (the full-screen chat's /help and /stats, line mode's /help) */
+int txt_hang(const char *s, size_t n, int w) {
+    size_t i = 0;
+    while (i < n && s[i] == ' ')
+        i++;
+    if (i == 0 || i >= n)
+        return 0;
+    const char *gap = NULL;
+    for (size_t k = i; k + 2 < n; k++)
+        if (s[k] == ' ' && s[k + 1] == ' ') {
+            gap = s + k;
+            break;
+        }
+    if (!gap)
+        return 0;
+    while (gap < s + n && *gap == ' ')
+        gap++;
+    int col = txt_width(s, (size_t)(gap - s), 0);
+    return col <= w / 2 ? col : (int)i + 2 < w / 2 ? (int)i + 2 : 0;
+}
+
 size_t txt_complete(const char *s, size_t n) {
     /* look back at most 3 bytes for the lead byte of the last sequence */
     for (size_t back = 1; back <= 4 && back <= n; back++) {
@@ -430,6 +451,27 @@ int txt_term_printf(FILE *f, const char *fmt, ...) {
     free(b.p);
     free(big);
     return n;
+}
+
+void txt_print_wrapped(FILE *f, const char *s, int cols) {
+    for (;;) {
+        const char *eol = strchr(s, '\n');
+        size_t      ln  = eol ? (size_t)(eol - s) : strlen(s);
+        txt_line    lines[64];
+        int         nl = txt_wrap(s, ln, cols, lines, 64), hang = nl > 1 ? txt_hang(s, ln, cols) : 0, ind = 0;
+        size_t      at = 0;
+        if (hang > 0) { /* the first row as it wraps, the rest in the second column */
+            txt_term_printf(f, "%.*s\n", (int)lines[0].len, s);
+            at  = lines[1].off;
+            nl  = txt_wrap(s + at, ln - at, cols - hang, lines, 64);
+            ind = hang;
+        }
+        for (int k = 0; k < nl && k < 64; k++)
+            txt_term_printf(f, "%*s%.*s\n", ind, "", (int)lines[k].len, s + at + lines[k].off);
+        if (!eol)
+            break;
+        s = eol + 1;
+    }
 }
 
 /* The options of lo that name[0..n) names: 1 and *hit for a whole name or getopt's unique prefix;

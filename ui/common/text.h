@@ -77,6 +77,17 @@ const char *txt_clip(char *buf, size_t n, const char *s);
  * max lines. */
 int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max);
 
+/* The hanging indent of a line s[0..n) laid out in two columns ("  /cmd ARG   what it does", the
+ * /help and /stats tables): the column where its second column starts (after the first run of
+ * two spaces past its indent), or, when that is more than half of w columns, its own indent
+ * plus 2 (0 when that is too). 0 for other lines (no indent, no two-space gap). The full-screen
+ * chat and line mode wrap such a line's further rows under that column. */
+int txt_hang(const char *s, size_t n, int w);
+
+/* s (lines) onto f at cols columns (cols >= 1), each line wrapped, a two-column line's further
+ * rows under its second column (txt_hang), through txt_term_printf. */
+void txt_print_wrapped(FILE *f, const char *s, int cols);
+
 /* Byte offset in s[0..n) of the cluster that covers display column col (or n). */
 size_t txt_col_to_off(const char *s, size_t n, int col);
 

@@ -17,6 +17,7 @@
 #include "serve-tools.h"
 #include "serve-http.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,7 +384,7 @@ static struct {
 int stools_script_load(const char *path, const k3_model *m, stools_err *e) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return bad(e, "script", "K3_SERVE_SCRIPT: cannot open %s", path);
+        return bad(e, "script", "K3_SERVE_SCRIPT: %s: cannot open: %s", path, strerror(errno));
     const k3_tok *tok = NULL;
     if (k3_model_tok(m, &tok)) {
         fclose(f);
@@ -396,6 +397,10 @@ int stools_script_load(const char *path, const k3_model *m, stools_err *e) {
     while (more) {
         ssize_t len = getline(&line, &cap, f);
         more        = len >= 0;
+        if (!more && ferror(f)) { /* a directory (EISDIR) ends getline as the end of a file does */
+            rc = bad(e, "script", "K3_SERVE_SCRIPT: %s: cannot read: %s", path, strerror(errno));
+            break;
+        }
         if (more && strcmp(line, "---\n") && strcmp(line, "---")) {
             if (k3_buf_add(&text, line, (size_t)len)) {
                 rc = bad(e, "script", "out of memory");

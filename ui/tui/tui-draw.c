@@ -309,29 +309,6 @@ void tui_fill(int y, int x, int w, int role) {
     fill_row(y, x, w, role);
 }
 
-/* The hanging indent of a raw line laid out in two columns ("  /cmd ARG   what it does"): the
- * column where its second column starts, or, when that leaves too little room, its own indent
- * plus 2. 0 for other lines. */
-static int hang_of(const char *s, size_t n, int w) {
-    size_t i = 0;
-    while (i < n && s[i] == ' ')
-        i++;
-    if (i == 0 || i >= n)
-        return 0;
-    const char *gap = NULL;
-    for (size_t k = i; k + 2 < n; k++)
-        if (s[k] == ' ' && s[k + 1] == ' ') {
-            gap = s + k;
-            break;
-        }
-    if (!gap)
-        return 0;
-    while (*gap == ' ' && gap < s + n)
-        gap++;
-    int col = txt_width(s, (size_t)(gap - s), 0);
-    return col <= w / 2 ? col : (int)i + 2 < w / 2 ? (int)i + 2 : 0;
-}
-
 /* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
  * complete UTF-8 character (a streamed token may end inside one). ws (may be NULL: a whole
  * text) gives the state at s[0] and receives the state at the start of the last line. */
@@ -352,7 +329,7 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
         int         r     = (in_code || fence) ? THM_CODE : role;
         txt_line    lines[64], *lp = lines;
         int         nl   = txt_wrap(s + p, ln, w, lines, 64);
-        int         hang = role == THM_INFO && !ws_given && nl > 1 && nl <= 32 ? hang_of(s + p, ln, w) : 0;
+        int         hang = role == THM_INFO && !ws_given && nl > 1 && nl <= 32 ? txt_hang(s + p, ln, w) : 0;
         if (hang > 0) { /* a two-column line (/help, /stats): continuation rows under column two */
             dl_push(t, ent, s + p, lines[0].len, r, indent, 0);
             size_t rest = lines[1].off;
