@@ -548,15 +548,17 @@ try:
     if nport:
         exchange(nport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
         serve_lib.wait_for(lambda: n_requests(pn.pid) == 0, 10)  # that request's thread has ended
-        # a stream to a client that never reads, too short for the backlog's cancel (1500 tokens,
-        # ~330 kB: ~135 kB in the sockets, the rest unsent): its thread lets go when the turn ends (the
+        # a stream to a client that never reads, too short for the backlog's cancel (1100 tokens,
+        # ~242 kB, less than the 256 kB that cancels a stream even with nothing in the sockets; 1500
+        # tokens, ~330 kB, were cancelled when a loaded machine's sockets took less than ~75 kB of
+        # it; ~135 kB in the sockets as a rule, the rest unsent): its thread lets go when the turn ends (the
         # gate writes the rest) and the gate closes it SEND s later, logging why; it waited 60 s after
         # the turn's end, then SEND s in the thread
         u = socket.socket()
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         u.connect(("127.0.0.1", nport))
         t_req = time.time()
-        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1500, stream=True), key=None))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1100, stream=True), key=None))
         held, t_back = False, None
         while time.time() - t_req < HANG:
             if n_requests(pn.pid) > 0:
