@@ -775,9 +775,9 @@ static int lc_get(lc_prod *P, int node, int d, long c) {
  * it has left it, or does not fit. For "^[a-z ]+$" that is the longest piece of letters and
  * spaces, far below the longest piece (max_len), so more counts are far from both bounds. */
 static long lc_far(const k3_grammar *s) {
-    const k3_gvocab *v      = s->voc;
-    uint64_t         rd[4]  = {0};
-    long             most   = 0;
+    const k3_gvocab *v     = s->voc;
+    uint64_t         rd[4] = {0};
+    long             most  = 0;
     for (int i = 0; i < s->n_node; i++)
         for (int k = 0; k < s->node[i].n; k++)
             if (s->node[i].e[k].kind == GE_BYTE)
