@@ -397,7 +397,9 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "150,\"maxLength\":400},\"t\":{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":300}},"
         "\"required\":"
         "[\"s\",\"t\"],\"additionalProperties\":false}",
-        "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}"};
+        "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}",
+        /* pieces of digits are short: counts a few digits from both bounds share */
+        "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"minLength\":40,\"maxLength\":120}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
         if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)
@@ -2067,6 +2069,28 @@ int main(int argc, char **argv) {
                 "masks are exact: over %d steps of %d grammars (corpus, json_object, tool calls) every id's "
                 "bit equals k3_gmatch_allows (%d steps differ)",
                 steps, nsch, bad);
+    }
+
+    /* a pattern within lengths: a count's cache entry is shared once no piece that the pattern
+     * reads can reach a bound from it. Pieces of digits are a few characters long, so the distinct
+     * entries of a digits pattern stop growing with maxLength a few counts up: the same at
+     * maxLength one below the longest piece and three times it. They were shared only more than
+     * the longest piece + 1 from a bound: none at the first, so it had fewer. */
+    {
+        int distinct[2] = {-1, -1}, len[2] = {v->max_len - 1, 3 * v->max_len};
+        for (int k = 0; k < 2; k++) {
+            char        sch[128];
+            k3_grammar *pg = NULL;
+            snprintf(sch, sizeof sch, "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"maxLength\":%d}",
+                     len[k]);
+            if (compile(v, sch, &pg) == K3_OK)
+                distinct[k] = pg->n_node - pg->n_sh;
+            k3_grammar_free(pg);
+        }
+        T_CHECK(distinct[0] > 0 && distinct[0] == distinct[1],
+                "a digits pattern has as many distinct mask cache entries within maxLength %d as within %d "
+                "(the longest piece is %d bytes; digits are shorter): %d and %d",
+                len[0], len[1], v->max_len, distinct[0], distinct[1]);
     }
 
     /* bounded masks over several calls: with a budget of 1 step each call fills one node's entry

@@ -769,13 +769,36 @@ static int lc_get(lc_prod *P, int node, int d, long c) {
     return i;
 }
 
+/* The most characters one piece of the vocabulary can add inside pattern automaton s: the lead
+ * bytes (all but UTF-8's continuation bytes, which lc_step does not count) of its longest prefix
+ * of bytes that s reads somewhere. A piece reads no further inside the string: past that prefix
+ * it has left it, or does not fit. For "^[a-z ]+$" that is the longest piece of letters and
+ * spaces, far below the longest piece (max_len), so more counts are far from both bounds. */
+static long lc_far(const k3_grammar *s) {
+    const k3_gvocab *v     = s->voc;
+    uint64_t         rd[4] = {0};
+    long             most  = 0;
+    for (int i = 0; i < s->n_node; i++)
+        for (int k = 0; k < s->node[i].n; k++)
+            if (s->node[i].e[k].kind == GE_BYTE)
+                for (int b = s->node[i].e[k].lo; b <= s->node[i].e[k].hi; b++)
+                    rd[b >> 6] |= 1ull << (b & 63);
+    for (int32_t i = 0; i < v->n_sorted; i++) {
+        const uint8_t *p = (const uint8_t *)v->spiece[i];
+        long           k = 0;
+        for (uint32_t j = 0; j < v->splen[i] && rd[p[j] >> 6] >> (p[j] & 63) & 1; j++)
+            k += p[j] < 0x80 || p[j] > 0xbf;
+        most = k > most ? k : most;
+    }
+    return most;
+}
+
 k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *path, int raw, long mn, long mx,
                         int from, int to) {
     k3_grammar *s = NULL;
     lc_prod     P = {.g = g, .mn = mn, .mx = mx, .top = (int)(mx >= 0 ? mx : mn)};
     k3_status   st;
     int         a, b;
-    P.far = (long)g->voc->max_len + 1;
     if ((st = g_new(g->voc, g->what, &s)))
         return st;
     s->free_fill = 1;
@@ -785,6 +808,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *pat
     }
     if ((st = g_pattern(s, re, n, path, raw, a, b)))
         goto done;
+    P.far = lc_far(s) + 1;
     if (!(P.rep = k3_calloc((size_t)s->n_node * LC_N * 2, sizeof *P.rep)) || lc_get(&P, a, LC_CHAR, 0) < 0 ||
         (st = g_eps(g, from, P.e[0].id)))
         goto fail;
