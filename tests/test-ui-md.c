@@ -212,6 +212,13 @@ static void test_links(void) {
         }
     }
     T_CHECK(found, "the link run carries its URL");
+    /* a URL that holds a control character, shown as the link text: the text shows the escape,
+     * the URL is compared as shown, so it is not repeated after the text */
+    render("[u\xc2\x9bv](<u\xc2\x9bv>) z", 60, 0);
+    T_CHECK(!strcmp(line(0), "u\\u009Bv z"), "a link whose text is its URL with a control: '%s'", line(0));
+    render("[u\033](<u\033>) and [x](<u\033>)", 60, 0);
+    T_CHECK(!strcmp(line(0), "u\\x1B and x <u\\x1B>"),
+            "an escaped URL equal to its text, and one that is not: '%s'", line(0));
     render("plain https://example.org here", 60, 0);
     T_CHECK(!strcmp(line(0), "plain https://example.org here"), "an autolink is not repeated: '%s'", line(0));
     /* md4c leaves an emphasis there it did not enter (the '*' of the destination pairs with the one

@@ -285,6 +285,35 @@ int main(void) {
             "txt_term_drawn shows C0, DEL and C1 controls as their escapes (as curses is given them), "
             "leaves out tab and newline, shows a raw byte as U+FFFD, keeps the rest ('%.*s')",
             (int)b.n, b.p);
+    /* plain text is wrapped as shown (txt_shown, as draw_wrapped does; md.c for Markdown): an
+     * escape wider than the line breaks inside, so at widths 1 to 8 every row fits (a control
+     * wrapped raw was one cluster of 4 or 6 columns, cut at the row's end when drawn), no control
+     * byte is left and no character of the escapes is lost; tab, newline and a raw byte stay */
+    b.n               = 0;
+    const char *plain = "a\x1b"
+                        "b \xe2\x80\xae c\x7f\xc2\x9b\xff\nz";
+    T_CHECK(!txt_shown(&b, "\t\x01", 2) && b.n == 5 && !memcmp(b.p, "\t\\x01", 5),
+            "txt_shown keeps a tab ('%.*s')", (int)b.n, b.p);
+    b.n = 0;
+    T_CHECK(!txt_shown(&b, plain, strlen(plain)) && b.n == strlen("a\\x1Bb \\u202E c\\x7F\\u009B\xff\nz") &&
+                !memcmp(b.p, "a\\x1Bb \\u202E c\\x7F\\u009B\xff\nz", b.n),
+            "txt_shown escapes the controls and keeps newline and a raw byte ('%.*s')", (int)b.n, b.p);
+    for (int cols = 1; cols <= 8; cols++) {
+        txt_line rw[64];
+        int      nr = txt_wrap(b.p, b.n, cols, rw, 64), fits = nr <= 64;
+        txt_buf  all = {0};
+        for (int k = 0; k < nr && k < 64; k++) {
+            fits &= rw[k].width <= cols;
+            for (size_t q = rw[k].off; q < rw[k].off + rw[k].len; q++)
+                if (b.p[q] != ' ' && b.p[q] != '\n' && b.p[q] != '\t')
+                    fits &= !txt_buf_add(&all, b.p + q, 1);
+        }
+        txt_buf_add(&all, "", 1);
+        T_CHECK(fits && all.p && !strcmp(all.p, "a\\x1Bb\\u202Ec\\x7F\\u009B\xffz"),
+                "txt_wrap of the shown text at %d columns: %d rows that fit, the escapes whole ('%s')", cols,
+                nr, all.p ? all.p : "");
+        free(all.p);
+    }
     b.n               = 0;
     const char *uri   = "http://x/a b\x1b]0;T\x07\xc2\x9c\xc2\x9d"
                         "52;c;eA==\xc2\x9c\x9b~";

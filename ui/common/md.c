@@ -974,18 +974,27 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
 }
 
 /* The link text equals its URL (an autolink): nothing to add after it. A bare www.x or
- * name@x autolink's URL is the text with "http://" or "mailto:" before it: the same. */
+ * name@x autolink's URL is the text with "http://" or "mailto:" before it: the same. The text
+ * holds what is shown (st_text: a control character as its escape), so the URL is compared as
+ * shown too: with a control in it, the raw URL never equalled its own text. 1 when equal, 0
+ * when not, -1 out of memory. */
 static int link_is_text(R *r, const md_link *l) {
-    styled *t = target(r);
+    styled *t = target(r), sh = {0};
     size_t  n = 0;
     for (size_t k = t->n_sp; k-- > 0 && t->sp[k].link == r->link;)
         n += t->sp[k].len;
-    const char *u   = r->d->text.p + l->off;
-    size_t      len = l->len;
+    if (st_text(&sh, r->d->text.p + l->off, l->len, 0, -1)) {
+        st_free(&sh);
+        return -1;
+    }
+    const char *u   = sh.t.p ? sh.t.p : "";
+    size_t      len = sh.t.n;
+    int         eq  = n >= len && !memcmp(t->t.p + t->t.n - len, u, len);
     if (len > 7 && (!memcmp(u, "http://", 7) || !memcmp(u, "mailto:", 7)) && n == len - 7 &&
         !memcmp(t->t.p + t->t.n - n, u + 7, n))
-        return 1;
-    return n >= len && !memcmp(t->t.p + t->t.n - len, u, len);
+        eq = 1;
+    st_free(&sh);
+    return eq;
 }
 
 static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
@@ -1001,8 +1010,11 @@ static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
     if ((type == MD_SPAN_A || type == MD_SPAN_IMG) && r->link >= 0) {
         if (type == MD_SPAN_IMG)
             add_text(r, "]", 1);
-        const md_link *l = &r->d->links[r->link];
-        if (!(r->flags & MD_OSC8) && l->len && !link_is_text(r, l)) {
+        const md_link *l    = &r->d->links[r->link];
+        int            same = r->flags & MD_OSC8 || !l->len ? 1 : link_is_text(r, l);
+        if (same < 0)
+            r->err = r->d->oom = 1;
+        else if (!same) {
             /* no hyperlinks: the URL after the text */
             int     keep = r->link;
             styled *t    = target(r);

@@ -393,12 +393,15 @@ int txt_ctrl_shown(const char *s, size_t n, char *out) {
     return k;
 }
 
-int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
-    size_t run = 0; /* s[run..off) goes out as it is */
+/* s[0..n) onto out with every control character as its escape; drawn (txt_term_drawn): \n
+ * and \t left out and each byte that is not UTF-8 as U+FFFD, else (txt_shown) those as they are. */
+static int add_shown(txt_buf *out, const char *s, size_t n, int drawn) {
+    size_t run  = 0; /* s[run..off) goes out as it is */
+    int    mask = TXT_F_CTRL | (drawn ? TXT_F_NL | TXT_F_TAB | TXT_F_INVALID : 0);
     for (size_t off = 0; off < n;) {
         int    w, f;
         size_t len = txt_cluster(s + off, n - off, &w, &f);
-        if (f & (TXT_F_CTRL | TXT_F_NL | TXT_F_TAB | TXT_F_INVALID)) {
+        if (f & mask) {
             char e[8];
             if (txt_buf_add(out, s + run, off - run) ||
                 ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)) ||
@@ -409,6 +412,14 @@ int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
         off += len;
     }
     return txt_buf_add(out, s + run, n - run);
+}
+
+int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
+    return add_shown(out, s, n, 1);
+}
+
+int txt_shown(txt_buf *out, const char *s, size_t n) {
+    return add_shown(out, s, n, 0);
 }
 
 int txt_term_uri(txt_buf *out, const char *s, size_t n) {

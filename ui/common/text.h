@@ -150,6 +150,13 @@ void txt_term_end(FILE *f, txt_esc *st);
  * so neither ESC, BEL nor a C1 string terminator can end the sequence early. Both -1 out of
  * memory. */
 int txt_term_drawn(txt_buf *out, const char *s, size_t n);
+/* Text as the full-screen chat shows it, for the wrap: s[0..n) appended to out with every
+ * control character (txt_ctrl_cp) as its escape's text (txt_ctrl_shown), \n, \t and the other
+ * bytes as they are. Plain text is expanded so before txt_wrap, as md.c does for Markdown: the
+ * wrap then counts an escape as the characters it is and breaks inside it where the line is
+ * narrower (a control wrapped raw is one cluster, its escape cut at the line's end when drawn).
+ * -1 out of memory. */
+int txt_shown(txt_buf *out, const char *s, size_t n);
 int txt_term_uri(txt_buf *out, const char *s, size_t n);
 /* fprintf(f, fmt, ...) with the whole formatted text through txt_escape, on a terminal or not:
  * for messages that quote outside text (a server's error, a file's line). Returns what fprintf

@@ -174,16 +174,24 @@ static void fill_row(int y, int x, int w, int role) {
     mvhline(y, x, ' ', w);
 }
 
-/* s wrapped into at most max_rows rows of w columns from (y, x); returns the rows used. */
+/* s wrapped into at most max_rows rows of w columns from (y, x); returns the rows used. The
+ * width may be any (the "too small" notice of a terminal a few columns wide): s is wrapped as
+ * shown (txt_shown), so a control's escape wider than the row breaks inside, as in Markdown,
+ * where drawn raw it was cut at the row's end. */
 static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int role) {
     txt_line l[16];
-    int      n = txt_wrap(s, strlen(s), w > 1 ? w : 1, l, 16);
+    txt_buf  sh = {0};
+    size_t   sn = strlen(s);
+    if (!txt_shown(&sh, s, sn) && sh.n != sn) /* an escape is longer than its control */
+        s = sh.p, sn = sh.n;
+    int n = txt_wrap(s, sn, w > 1 ? w : 1, l, 16);
     for (int k = 0; k < n && k < 16 && k < max_rows; k++) {
         size_t off = l[k].off, len = l[k].len;
         while (k && len && s[off] == ' ') /* a break inside a run of spaces: the row starts at x */
             off++, len--;
         draw_text(y + k, x, w, s + off, len, role);
     }
+    free(sh.p);
     return n < max_rows ? n : max_rows;
 }
 
@@ -318,8 +326,10 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
     int        ws_given = ws != NULL;
     if (!ws)
         ws = &z;
-    n           = txt_complete(s, n);
-    int w       = width - indent > 4 ? width - indent : 4;
+    n = txt_complete(s, n);
+    /* at least the widest escape of a control character (txt_cluster: \u202E, 6 columns), drawn
+     * whole on a row of its own; wider than any at the terminal's least width (MIN_COLS) */
+    int w       = width - indent > 6 ? width - indent : 6;
     int in_code = ws->in_code, first = 1;
     for (size_t p = 0; p <= n;) {
         const char *eol   = memchr(s + p, '\n', n - p);
