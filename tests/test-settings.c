@@ -411,8 +411,12 @@ static void check_docs(void) {
             continue;
         snprintf(w, sizeof w, "/%s", r->slash);
         T_CHECK(has_word(help, w), "/help lists %s", w);
-        if (cmd_of_setting(i) != CMD_UNKNOWN)
-            T_CHECK(strstr(help, r->doc) != NULL, "/help gives %s the table's doc '%s'", w, r->doc);
+        if (cmd_of_setting(i) != CMD_UNKNOWN) { /* the doc whole, a range inside its closing ')' */
+            size_t      n = strlen(r->doc), paren = n && r->doc[n - 1] == ')';
+            const char *h = cmd_help(cmd_of_setting(i));
+            T_CHECK(h && !strncmp(h, r->doc, n - paren) && strstr(help, h) != NULL,
+                    "/help gives %s the table's doc '%s' ('%s')", w, r->doc, h ? h : "(none)");
+        }
     }
     /* k3chat --help: every flag with its value and doc; every option it lists is a flag or a mode */
     char path[512];
