@@ -173,12 +173,12 @@ static void st_reset(styled *s) {
     s->n_sp = s->sp0 = 0;
 }
 
-static int st_add(styled *s, const char *p, size_t n, int role, int link) {
+/* The text s->t holds from off on, appended just now, styled role (and link): the last span
+ * grows when it has the same style. 0, or -1 out of memory. */
+static int st_span(styled *s, size_t off, int role, int link) {
+    size_t n = s->t.n - off;
     if (!n)
         return 0;
-    size_t off = s->t.n;
-    if (txt_buf_add(&s->t, p, n))
-        return -1;
     if (s->n_sp > s->sp0 && s->sp[s->n_sp - 1].role == role && s->sp[s->n_sp - 1].link == link) {
         s->sp[s->n_sp - 1].len += n;
         return 0;
@@ -191,33 +191,19 @@ static int st_add(styled *s, const char *p, size_t n, int role, int link) {
     return 0;
 }
 
-/* Text s[0..n) added to s as it is drawn: a tab as a space and a byte that is not UTF-8 as U+FFFD,
- * so that the bytes of two spans can never join into one character when they are drawn as
- * separate runs; a control character but the newline (a hard break) as its escape's text (\x1B,
- * \u202E: txt_ctrl_shown), so that the wrap counts its columns and breaks inside it when it is
- * wider than the line, as md_code_rows does in code. 0, or -1 out of memory. */
+static int st_add(styled *s, const char *p, size_t n, int role, int link) {
+    size_t off = s->t.n;
+    return txt_buf_add(&s->t, p, n) || st_span(s, off, role, link) ? -1 : 0;
+}
+
+/* Text s[0..n) added to t as it is drawn (txt_shown_runs): a tab as a space and a byte that is
+ * not UTF-8 as U+FFFD, so that the bytes of two spans can never join into one character when
+ * they are drawn as separate runs; a control character but the newline (a hard break) as its
+ * escape's text (\x1B, \u202E), so that the wrap counts its columns and breaks inside it when it
+ * is wider than the line, as md_code_rows does in code. 0, or -1 out of memory. */
 static int st_text(styled *t, const char *s, size_t n, int role, int link) {
-    size_t s0 = 0;
-    for (size_t k = 0; k <= n;) {
-        utf8proc_int32_t cp = 0;
-        utf8proc_ssize_t l =
-            k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
-        if (k == n || l <= 0 || cp == '\t' || (cp != '\n' && txt_ctrl_cp(cp))) {
-            char e[8] = "";
-            if (k < n && l > 0 && cp != '\t')
-                txt_ctrl_shown(s + k, (size_t)l, e);
-            const char *rep = k == n ? "" : l <= 0 ? "\xEF\xBF\xBD" : cp == '\t' ? " " : e;
-            if (st_add(t, s + s0, k - s0, role, link) || st_add(t, rep, strlen(rep), role, link))
-                return -1;
-            if (k == n)
-                break;
-            k += l <= 0 ? 1 : (size_t)l;
-            s0 = k;
-            continue;
-        }
-        k += (size_t)l;
-    }
-    return 0;
+    size_t off = t->t.n;
+    return txt_shown_runs(&t->t, s, n) || st_span(t, off, role, link) ? -1 : 0;
 }
 
 static void st_free(styled *s) {

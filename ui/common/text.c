@@ -393,11 +393,16 @@ int txt_ctrl_shown(const char *s, size_t n, char *out) {
     return k;
 }
 
-/* s[0..n) onto out with every control character as its escape; drawn (txt_term_drawn): \n
- * and \t left out and each byte that is not UTF-8 as U+FFFD, else (txt_shown) those as they are. */
-static int add_shown(txt_buf *out, const char *s, size_t n, int drawn) {
+enum { SHOW_WRAP, SHOW_DRAWN, SHOW_RUNS };
+
+/* s[0..n) onto out with every control character as its escape; SHOW_DRAWN (txt_term_drawn): \n
+ * and \t left out and each byte that is not UTF-8 as U+FFFD; SHOW_RUNS (txt_shown_runs): \t as a
+ * space, a byte that is not UTF-8 as U+FFFD, \n kept; SHOW_WRAP (txt_shown): those as they are. */
+static int add_shown(txt_buf *out, const char *s, size_t n, int how) {
     size_t run  = 0; /* s[run..off) goes out as it is */
-    int    mask = TXT_F_CTRL | (drawn ? TXT_F_NL | TXT_F_TAB | TXT_F_INVALID : 0);
+    int    mask = TXT_F_CTRL | (how == SHOW_DRAWN  ? TXT_F_NL | TXT_F_TAB | TXT_F_INVALID
+                                : how == SHOW_RUNS ? TXT_F_TAB | TXT_F_INVALID
+                                                   : 0);
     for (size_t off = 0; off < n;) {
         int    w, f;
         size_t len = txt_cluster(s + off, n - off, &w, &f);
@@ -405,6 +410,7 @@ static int add_shown(txt_buf *out, const char *s, size_t n, int drawn) {
             char e[8];
             if (txt_buf_add(out, s + run, off - run) ||
                 ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)) ||
+                ((f & TXT_F_TAB) && how == SHOW_RUNS && txt_buf_add(out, " ", 1)) ||
                 ((f & TXT_F_CTRL) && txt_buf_add(out, e, (size_t)txt_ctrl_shown(s + off, len, e))))
                 return -1;
             run = off + len;
@@ -415,11 +421,15 @@ static int add_shown(txt_buf *out, const char *s, size_t n, int drawn) {
 }
 
 int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
-    return add_shown(out, s, n, 1);
+    return add_shown(out, s, n, SHOW_DRAWN);
 }
 
 int txt_shown(txt_buf *out, const char *s, size_t n) {
-    return add_shown(out, s, n, 0);
+    return add_shown(out, s, n, SHOW_WRAP);
+}
+
+int txt_shown_runs(txt_buf *out, const char *s, size_t n) {
+    return add_shown(out, s, n, SHOW_RUNS);
 }
 
 int txt_term_uri(txt_buf *out, const char *s, size_t n) {

@@ -157,6 +157,10 @@ int txt_term_drawn(txt_buf *out, const char *s, size_t n);
  * narrower (a control wrapped raw is one cluster, its escape cut at the line's end when drawn).
  * -1 out of memory. */
 int txt_shown(txt_buf *out, const char *s, size_t n);
+/* As txt_shown, for text drawn in styled runs (md.c): \t as a space and each byte that is not
+ * UTF-8 as U+FFFD, so the bytes of two runs can never join into one character when drawn apart;
+ * \n kept (a hard break). -1 out of memory. */
+int txt_shown_runs(txt_buf *out, const char *s, size_t n);
 int txt_term_uri(txt_buf *out, const char *s, size_t n);
 /* fprintf(f, fmt, ...) with the whole formatted text through txt_escape, on a terminal or not:
  * for messages that quote outside text (a server's error, a file's line). Returns what fprintf
