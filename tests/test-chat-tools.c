@@ -1090,6 +1090,23 @@ static void test_cases(const k3_tok *t) {
                0, &r);
     const char *w3[] = {"g", "{}", NULL};
     T_CHECK(parsed_is(&r, "", "", w3), "a call without a tool name is dropped; indexes are by appearance");
+    /* a call left open (no <|close|>call) before the next call's open: the next call's
+     * arguments are its own, never the open call's */
+    parse_spec(t, 0,
+               "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(
+                   "a", "string", "1") "<|open|>call tool=\"g\" index=\"2\"<|sep|>" ARG("b", "number", "2")
+                   TAIL,
+               0, &r);
+    const char *w6[] = {"f", "{\"a\": \"1\"}", "g", "{\"b\": 2}", NULL};
+    T_CHECK(parsed_is(&r, "", "", w6) && r.complete[0] == 1 && r.complete[1] == 1,
+            "a call left open is closed by the next call's open; the arguments stay with their call");
+    parse_spec(t, 0,
+               "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(
+                   "a", "string", "1") "<|open|>call tool=\"g\" index=\"2\"<|sep|>",
+               1, &r);
+    const char *w7[] = {"f", "{\"a\": \"1\"}", "g", "", NULL};
+    T_CHECK(parsed_is(&r, "", "", w7) && r.opened[1] == 1 && r.complete[1] == 0,
+            "the stream stops right after that next call's open: its name is still reported");
     /* truncated stream: the stream stops inside a string value and inside a call */
     parse_spec(t, 0,
                "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(

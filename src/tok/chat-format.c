@@ -557,6 +557,7 @@ struct k3_chat_parser {
     obuf        args_out;       /* arguments appended in the current feed             */
     int         ev_call, ev_done;
     const char *ev_name;
+    int         pend_open; /* 1 + a call whose open is reported by the next feed, 0: none */
 };
 
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out) {
@@ -875,6 +876,17 @@ static k3_status end_tag_tools(k3_chat_parser *p) {
             return open_value(p, 0);
         if (open && tag_is(p, "json"))
             return open_value(p, 1);
+        if (open && tag_is(p, "call")) { /* lenient: the open call had no <|close|>call */
+            int old = p->cur ? (int)(p->cur - p->calls) : -1;
+            if ((st = close_call(p)) || (st = open_call(p)))
+                return st;
+            if (old >= 0 && p->ev_name) { /* one call per feed: the new one opens in the next */
+                p->pend_open = p->ev_call + 1;
+                p->ev_call   = old;
+                p->ev_name   = NULL;
+            }
+            return K3_OK;
+        }
         if (!open && (tag_is(p, "call") || tag_is(p, "tools") || tag_is(p, "message")))
             st = close_call(p);
         if (st || tag_is(p, "call"))
@@ -932,9 +944,10 @@ static void out_reset(k3_chat_parser *p) {
     p->args_out.n = 0;
     if (p->args_out.p)
         p->args_out.p[0] = 0;
-    p->ev_call = -1;
-    p->ev_done = 0;
-    p->ev_name = NULL;
+    p->ev_call   = p->pend_open - 1;
+    p->ev_done   = 0;
+    p->ev_name   = p->pend_open ? p->calls[p->pend_open - 1].name : NULL;
+    p->pend_open = 0;
 }
 
 static void out_fill(const k3_chat_parser *p, k3_chat_out *o) {
