@@ -663,8 +663,26 @@ static int tag_is(const k3_chat_parser *p, const char *name) {
            ((size_t)p->tag_n == n || (p->tools && p->tag[n] == ' '));
 }
 
+/* b with each byte sequence that is not UTF-8 replaced by U+FFFD: the text the release's
+ * parsers read (decoded with replacement; the channels get the same from their decoders), so
+ * names, keys and arguments are always UTF-8 and the arguments JSON text. */
+static k3_status utf8_fix(obuf *b) {
+    char  *s;
+    size_t n;
+    if (!b->n || !k3_utf8_repair(b->p, b->n, NULL, NULL))
+        return K3_OK;
+    k3_status st = tok_utf8_sanitize((const uint8_t *)(b->p ? b->p : ""), b->n, &s, &n);
+    if (st)
+        return st;
+    free(b->p);
+    b->p   = s;
+    b->n   = n;
+    b->cap = n + 1;
+    return K3_OK;
+}
+
 /* The value of attribute key in the pending tag (` key="value"`), unescaped in one pass
- * (&quot; -> ", &amp; -> &) into out. 1 when present. */
+ * (&quot; -> ", &amp; -> &) into out, made UTF-8 (utf8_fix). 1 when present. */
 static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
     const char *s = p->tag, *end = p->tag + p->tag_n;
     size_t      kn = strlen(key);
@@ -705,7 +723,7 @@ static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
                 q++;
             }
         }
-        return 1;
+        return utf8_fix(out) == K3_OK;
     }
     return 0;
 }
@@ -832,6 +850,8 @@ static k3_status close_value(k3_chat_parser *p) {
             st = add_args(p, "\"", 1);
         return st;
     }
+    if ((st = utf8_fix(&p->val)))
+        return st;
     jv  *v  = NULL;
     int  ok = jv_parse(p->val.p ? p->val.p : "", p->val.n, &v) == K3_OK;
     jbuf b  = {0};
