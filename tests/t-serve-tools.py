@@ -168,6 +168,14 @@ try:
             a[1] += tc["function"].get("arguments", "")
         return [tuple(acc[i]) for i in sorted(acc)]
 
+    def streamed_calls():
+        """q with TOOLS streamed: whether [DONE] came, the finish reasons and the tool call deltas."""
+        code, text = post({"messages": q, "tools": TOOLS, "stream": True})
+        evs, done = events(text) if code == 200 else ([], False)
+        tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+        fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+        return done, fins, tcs
+
     # ---- 4. cut inside a call (turns 4, 5): finish_reason length, streamed or not, and the cut
     # call with the arguments it has, as OpenAI answers a call max_tokens cut (doc/tool-calls.md);
     # the plain answer had no tool_calls while the stream had sent the call
@@ -178,10 +186,7 @@ try:
     ok(code == 200 and ch.get("finish_reason") == "length" and plain == [("get_weather", '{"city": "Lon')] and
        re.fullmatch(r"call_[0-9a-f]{24}", cs[0].get("id", "")),
        "an answer cut inside a call: finish_reason length, the cut call with its arguments so far (%s)" % str(ch)[:200])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    done, fins, tcs = streamed_calls()
     ok(done and fins == ["length"] and gathered(tcs) == plain,
        "streamed: what was streamed stays, finish_reason length, the same call as the plain answer (%s)" % fins)
 
@@ -197,10 +202,7 @@ try:
        plain[0] == ("get_weather", '{"city": "Paris"}') and plain[1][0] == "get_time",
        "end of message inside the second call: finish_reason length, the whole call and the cut one (%s)"
        % str(ch)[:300])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    done, fins, tcs = streamed_calls()
     ok(done and fins == ["length"] and gathered(tcs) == plain,
        "streamed: both calls' starts stay, finish_reason length, the same calls as the plain answer (%s, %s)"
        % (fins, gathered(tcs)))
@@ -318,10 +320,7 @@ try:
     want = [("get_weather", '{"city": "Paris"}'), ("get_time", '{"days": 3}')]
     ok(code == 200 and ch.get("finish_reason") == "tool_calls" and plain == want,
        "a call left open before the next: both calls, each with its own arguments (%s)" % str(ch)[:300])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    done, fins, tcs = streamed_calls()
     ok(done and fins == ["tool_calls"] and gathered(tcs) == want,
        "streamed: the same two calls from the deltas (%s, %s)" % (fins, gathered(tcs)))
     code, o = post({"messages": q, "tools": TOOLS})
@@ -330,9 +329,7 @@ try:
     want = [("get_weather", '{"c\ufffdity": "Paris", "days": "\ufffd"}')]
     ok(code == 200 and ch.get("finish_reason") == "tool_calls" and plain == want,
        "bytes that are not UTF-8 in a key and a number: U+FFFD, the call answered (%s)" % str(ch)[:300])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+    done, fins, tcs = streamed_calls()
     ok(done and gathered(tcs) == want, "streamed: the same call from the deltas (%s)" % gathered(tcs))
 
     # ---- 7. the official OpenAI SDK (npm openai 5)
