@@ -1118,6 +1118,16 @@ static void test_cases(const k3_tok *t) {
     const char *w8[] = {"f\xef\xbf\xbd",
                         "{\"k\xef\xbf\xbd\": \"\xef\xbf\xbd\", \"o\": {\"a\": \"\xef\xbf\xbd\"}}", NULL};
     T_CHECK(parsed_is(&r, "", "", w8), "bytes that are not UTF-8 in a name, a key or a typed value: U+FFFD");
+    /* a NUL byte in a tool name: the name is a C string, so it ended there, and the call went to
+     * another tool ("f"); now U+FFFD, as a NUL is shown in text */
+    k3_ids nul = {0};
+    ids_of(t, "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f", &nul);
+    k3_ids_push(&nul, 0);
+    ids_of(t, "g\" index=\"1\"<|sep|>" TAIL, &nul);
+    parse_ids(t, 0, nul.v, nul.n, 0, &r);
+    k3_ids_free(&nul);
+    const char *w9[] = {"f\xef\xbf\xbdg", "{}", NULL};
+    T_CHECK(parsed_is(&r, "", "", w9), "a NUL byte in a tool name: U+FFFD, never a shorter name");
     /* truncated stream: the stream stops inside a string value and inside a call */
     parse_spec(t, 0,
                "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(

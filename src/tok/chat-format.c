@@ -776,6 +776,17 @@ static k3_status open_call(k3_chat_parser *p) {
         free(name.p);
         return K3_OK;
     }
+    if (memchr(name.p, 0, name.n)) { /* the name is a C string: a NUL is U+FFFD, as in text */
+        obuf fixed = {0};
+        for (size_t i = 0; i < name.n && !fixed.oom; i++)
+            (void)jbuf_add(&fixed, name.p[i] ? name.p + i : "\xEF\xBF\xBD", name.p[i] ? 1 : 3);
+        free(name.p);
+        if (fixed.oom) {
+            free(fixed.p);
+            return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
+        }
+        name = fixed;
+    }
     pcall *nc = k3_grow(p->calls, &p->cap_calls, (size_t)p->n_calls + 1, sizeof *nc, 4);
     if (!nc) {
         free(name.p);
