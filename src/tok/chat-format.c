@@ -27,7 +27,9 @@
  * <|close|> id can end the value (an <|open|> or <|sep|> there is text). Arguments are
  * built as the JSON string json.dumps would write, streamed as they are read: `{"K": "`,
  * the escaped text, `"`; a typed value once it closes; `}` at the call's close. The
- * leniency of spec 2.1 (tools right after the think close, missing closes) is kept.
+ * leniency of spec 2.1 (tools right after the think close, missing closes) is kept, and a
+ * call left open is closed by the next call's marker. Names, keys and typed values are read
+ * as text decoded with replacement (U+FFFD), as the release's parsers read them.
  */
 #include "json.h"
 #include "tok.h"
