@@ -4,7 +4,8 @@
 # official OpenAI SDK for JavaScript (npm `openai` 5, installed outside the repository into
 # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js; SKIP without node/npm or the registry):
 # tool calls streamed and not, a tool result turn (and its prompt-cache reuse), tool_choice
-# required/none, a truncated call, a call cut by the model's end of message, and the bad-input
+# required/none, a truncated call, a call cut by the model's end of message, a call left open
+# before the next, bytes that are not UTF-8 in a call, and the bad-input
 # cases of issues 23 and 37 (400 naming the field; tool histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
 # The server runs on 127.0.0.1 with a kernel-picked port and is always killed; every wait is
 # bounded.
@@ -33,6 +34,17 @@ CUT_BY_EOM = ("Two.<|close|>think<|sep|><|open|>response<|sep|><|close|>response
               + CALL % ("get_weather", 1, ARG % ("city", "string", "Paris"))
               + '<|open|>call tool="get_time" index="2"<|sep|><|open|>argument key="days" type="number"<|sep|>3'
               + "<|end_of_msg|>")
+# the model leaves its first call open (no <|close|>call) before the second: two calls, each with
+# its own arguments (the second's were added to the first, and the second lost)
+UNCLOSED = ("Two.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
+            + '<|open|>call tool="get_weather" index="1"<|sep|>' + ARG % ("city", "string", "Paris")
+            + CALL % ("get_time", 2, ARG % ("days", "number", "3"))
+            + "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>")
+# bytes that are not UTF-8 (written as \\udcff: surrogateescape) in a key and in a number: U+FFFD
+# (raw, the call was dropped from the answer and its stream delta lost)
+BAD_BYTES = ("Hm.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
+             + CALL % ("get_weather", 1, ARG % ("c\udcffity", "string", "Paris") + ARG % ("days", "number", "\udcff"))
+             + "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>")
 # turns in the order the requests below reach the model (the last one repeats)
 TURNS = [TWO_CALLS, TWO_CALLS, ANSWER, TRUNCATED, TRUNCATED, CUT_BY_EOM, CUT_BY_EOM, TWO_CALLS, TWO_CALLS, TWO_CALLS, ANSWER, ANSWER, TWO_CALLS]
 SCRIPT = os.path.join(T, "script.txt")
@@ -156,6 +168,14 @@ try:
             a[1] += tc["function"].get("arguments", "")
         return [tuple(acc[i]) for i in sorted(acc)]
 
+    def streamed_calls():
+        """q with TOOLS streamed: whether [DONE] came, the finish reasons and the tool call deltas."""
+        code, text = post({"messages": q, "tools": TOOLS, "stream": True})
+        evs, done = events(text) if code == 200 else ([], False)
+        tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+        fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+        return done, fins, tcs
+
     # ---- 4. cut inside a call (turns 4, 5): finish_reason length, streamed or not, and the cut
     # call with the arguments it has, as OpenAI answers a call max_tokens cut (doc/tool-calls.md);
     # the plain answer had no tool_calls while the stream had sent the call
@@ -166,10 +186,7 @@ try:
     ok(code == 200 and ch.get("finish_reason") == "length" and plain == [("get_weather", '{"city": "Lon')] and
        re.fullmatch(r"call_[0-9a-f]{24}", cs[0].get("id", "")),
        "an answer cut inside a call: finish_reason length, the cut call with its arguments so far (%s)" % str(ch)[:200])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    done, fins, tcs = streamed_calls()
     ok(done and fins == ["length"] and gathered(tcs) == plain,
        "streamed: what was streamed stays, finish_reason length, the same call as the plain answer (%s)" % fins)
 
@@ -185,10 +202,7 @@ try:
        plain[0] == ("get_weather", '{"city": "Paris"}') and plain[1][0] == "get_time",
        "end of message inside the second call: finish_reason length, the whole call and the cut one (%s)"
        % str(ch)[:300])
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    done, fins, tcs = streamed_calls()
     ok(done and fins == ["length"] and gathered(tcs) == plain,
        "streamed: both calls' starts stay, finish_reason length, the same calls as the plain answer (%s, %s)"
        % (fins, gathered(tcs)))
@@ -293,6 +307,30 @@ try:
     ok(code == 200 or (code == 400 and err == "context_length_exceeded"),
        "1,000 tools: rendered (here longer than the 2048-token context: %d %s)" % (code, err))
     ok(srv.poll() is None, "the server is still up after the bad requests")
+
+    # ---- 6b. a call left open before the next one (a fresh server, its own script)
+    serve_lib.stop(srv)
+    with open(SCRIPT, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write("\n---\n".join([UNCLOSED, UNCLOSED, BAD_BYTES, BAD_BYTES]) + "\n")
+    srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
+    PORT = serve_lib.await_port(srv, LOG, 30)[1]
+    code, o = post({"messages": q, "tools": TOOLS})
+    ch = o.get("choices", [{}])[0] if code == 200 else {}
+    plain = [(c["function"]["name"], c["function"]["arguments"]) for c in ch.get("message", {}).get("tool_calls") or []]
+    want = [("get_weather", '{"city": "Paris"}'), ("get_time", '{"days": 3}')]
+    ok(code == 200 and ch.get("finish_reason") == "tool_calls" and plain == want,
+       "a call left open before the next: both calls, each with its own arguments (%s)" % str(ch)[:300])
+    done, fins, tcs = streamed_calls()
+    ok(done and fins == ["tool_calls"] and gathered(tcs) == want,
+       "streamed: the same two calls from the deltas (%s, %s)" % (fins, gathered(tcs)))
+    code, o = post({"messages": q, "tools": TOOLS})
+    ch = o.get("choices", [{}])[0] if code == 200 else {}
+    plain = [(c["function"]["name"], c["function"]["arguments"]) for c in ch.get("message", {}).get("tool_calls") or []]
+    want = [("get_weather", '{"c\ufffdity": "Paris", "days": "\ufffd"}')]
+    ok(code == 200 and ch.get("finish_reason") == "tool_calls" and plain == want,
+       "bytes that are not UTF-8 in a key and a number: U+FFFD, the call answered (%s)" % str(ch)[:300])
+    done, fins, tcs = streamed_calls()
+    ok(done and gathered(tcs) == want, "streamed: the same call from the deltas (%s)" % gathered(tcs))
 
     # ---- 7. the official OpenAI SDK (npm openai 5)
     cache = serve_lib.openai_sdk(["openai@5"])

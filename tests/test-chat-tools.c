@@ -10,6 +10,7 @@
  * leniency and edge cases on the small vocabulary. Every parse also checks that the
  * streamed argument fragments concatenate to the final string.
  */
+#include "json.h"
 #include "test.h"
 #include "tok.h"
 #include "tok-vocab.h"
@@ -1090,6 +1091,43 @@ static void test_cases(const k3_tok *t) {
                0, &r);
     const char *w3[] = {"g", "{}", NULL};
     T_CHECK(parsed_is(&r, "", "", w3), "a call without a tool name is dropped; indexes are by appearance");
+    /* a call left open (no <|close|>call) before the next call's open: the next call's
+     * arguments are its own, never the open call's */
+    parse_spec(t, 0,
+               "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(
+                   "a", "string", "1") "<|open|>call tool=\"g\" index=\"2\"<|sep|>" ARG("b", "number", "2")
+                   TAIL,
+               0, &r);
+    const char *w6[] = {"f", "{\"a\": \"1\"}", "g", "{\"b\": 2}", NULL};
+    T_CHECK(parsed_is(&r, "", "", w6) && r.complete[0] == 1 && r.complete[1] == 1,
+            "a call left open is closed by the next call's open; the arguments stay with their call");
+    parse_spec(t, 0,
+               "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(
+                   "a", "string", "1") "<|open|>call tool=\"g\" index=\"2\"<|sep|>",
+               1, &r);
+    const char *w7[] = {"f", "{\"a\": \"1\"}", "g", "", NULL};
+    T_CHECK(parsed_is(&r, "", "", w7) && r.opened[1] == 1 && r.complete[1] == 0,
+            "the stream stops right after that next call's open: its name is still reported");
+    /* bytes that are not UTF-8 in a tool name, a key, a typed value that is not JSON and one
+     * that is: U+FFFD, as the release's parsers see the decoded text (never invalid JSON text) */
+    parse_spec(
+        t, 0,
+        "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\xff\" index=\"1\"<|sep|>" ARG(
+            "k\xc3", "number", "\xff") ARG("o", "object", "{\"a\": \"\xe4\xbd\"}") TAIL,
+        0, &r);
+    const char *w8[] = {"f\xef\xbf\xbd",
+                        "{\"k\xef\xbf\xbd\": \"\xef\xbf\xbd\", \"o\": {\"a\": \"\xef\xbf\xbd\"}}", NULL};
+    T_CHECK(parsed_is(&r, "", "", w8), "bytes that are not UTF-8 in a name, a key or a typed value: U+FFFD");
+    /* a NUL byte in a tool name: the name is a C string, so it ended there, and the call went to
+     * another tool ("f"); now U+FFFD, as a NUL is shown in text */
+    k3_ids nul = {0};
+    ids_of(t, "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f", &nul);
+    k3_ids_push(&nul, 0);
+    ids_of(t, "g\" index=\"1\"<|sep|>" TAIL, &nul);
+    parse_ids(t, 0, nul.v, nul.n, 0, &r);
+    k3_ids_free(&nul);
+    const char *w9[] = {"f\xef\xbf\xbdg", "{}", NULL};
+    T_CHECK(parsed_is(&r, "", "", w9), "a NUL byte in a tool name: U+FFFD, never a shorter name");
     /* truncated stream: the stream stops inside a string value and inside a call */
     parse_spec(t, 0,
                "<|close|>response<|sep|><|open|>tools<|sep|>" CALL_HEAD ARG(
@@ -1120,6 +1158,141 @@ static void test_cases(const k3_tok *t) {
         0, &r);
     const char *w5[] = {"f", "{\"a\": \"1\"}", "h", "{\"b\": false}", NULL};
     T_CHECK(parsed_is(&r, "why", "Let me check.", w5), "reasoning, content, then two calls");
+}
+
+/* Random tool blocks (call N is named fN and its argument keys start kN: strings with marker
+ * text and split characters, typed values valid or not, json blocks), then mutated id by id
+ * between markers (ordinary ids dropped, control ids and pieces inserted, closing markers
+ * dropped), fed up to the first
+ * <|end_of_msg|> with tools on: the events are
+ * well formed (a call's name before its arguments, one open per call), the streamed arguments
+ * equal the final ones, names and arguments are UTF-8, every closed call's arguments are one
+ * JSON object, and no call holds another's argument (a key kM in call fN, M != N). */
+static uint32_t rnd_next(uint32_t *seed) {
+    *seed = *seed * 1103515245u + 12345u;
+    return *seed >> 8;
+}
+
+/* The call number N of "fN" / "kN..." (a digit after the letter), else 0. */
+static int call_no(const char *s, char letter) {
+    return s[0] == letter && s[1] >= '1' && s[1] <= '9' ? s[1] - '0' : 0;
+}
+
+/* 1 when call r->names[c] is fN and its arguments (a JSON object) hold a key kM, M != N. */
+static int foreign_key(const parsed *r, int c) {
+    int n = call_no(r->names[c], 'f'), bad = 0;
+    jv *v = NULL;
+    if (!n || jv_parse(r->args[c], strlen(r->args[c]), &v) != K3_OK)
+        return 0;
+    for (size_t k = 0; v->kind == JV_OBJECT && k < v->n; k++) {
+        int m = call_no(v->keys[k].s, 'k');
+        bad |= m && m != n;
+    }
+    jv_free(v);
+    return bad;
+}
+
+static void test_random_tools(const k3_tok *t) {
+    static const char *const keys[]    = {"", "&amp;b", "&quot;"};
+    static const char *const vals[][2] = {{"string", "a \"b\" \\ \xc3\xa9\n"},
+                                          {"string", "x<|close|>argument<|sep|>y"},
+                                          {"string", ""},
+                                          {"number", "1e2"},
+                                          {"number", "twelve"},
+                                          {"object", "{\"x\": [1, 2]}"},
+                                          {"array", "[1,"},
+                                          {"boolean", "true"},
+                                          {NULL, NULL}, /* a json block {"kN": 1} */
+                                          {NULL, "[1]"}};
+    static const char *const pc[]      = {"tools", "call",    " tool=\"h\"", "argument",
+                                          "json",  "message", "1",           "\xc3"};
+    int32_t                  ctl[]     = {k3_tok_special(t, "<|open|>"), k3_tok_special(t, "<|close|>"),
+                                          k3_tok_special(t, "<|sep|>"), k3_tok_special(t, "<|end_of_msg|>")};
+    uint32_t                 seed      = 0x6b33;
+    int                      n_bad = 0, n_closed = 0, runs = 2000;
+    parsed                  *r = malloc(sizeof *r);
+    char                     spec[4096], raw[64];
+    for (int run = 0; run < runs; run++) {
+        size_t at = (size_t)snprintf(spec, sizeof spec, "%s<|close|>response<|sep|><|open|>tools<|sep|>",
+                                     run % 2 ? "hm<|close|>think<|sep|><|open|>response<|sep|>" : "");
+        for (int c = 1, nc = 1 + (int)(rnd_next(&seed) % 3); c <= nc; c++) {
+            at += (size_t)snprintf(spec + at, sizeof spec - at,
+                                   "<|open|>call tool=\"f%d\" index=\"%d\"<|sep|>", c, c);
+            for (int a = 0, na = (int)(rnd_next(&seed) % 4); a < na; a++) {
+                const char *const *v = vals[rnd_next(&seed) % (sizeof vals / sizeof *vals)];
+                if (v[1])
+                    snprintf(raw, sizeof raw, "%s", v[1]);
+                else
+                    snprintf(raw, sizeof raw, "{\"k%d\": 1}", c);
+                if (v[0])
+                    at += (size_t)snprintf(
+                        spec + at, sizeof spec - at,
+                        "<|open|>argument key=\"k%d%s\" type=\"%s\"<|sep|>%s<|close|>argument<|sep|>", c,
+                        keys[rnd_next(&seed) % 3], v[0], raw);
+                else
+                    at += (size_t)snprintf(spec + at, sizeof spec - at,
+                                           "<|open|>json type=\"object\"<|sep|>%s<|close|>json<|sep|>", raw);
+            }
+            at += (size_t)snprintf(spec + at, sizeof spec - at, "<|close|>call<|sep|>");
+        }
+        snprintf(spec + at, sizeof spec - at, "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>");
+        k3_ids clean = {0}, ids = {0};
+        ids_of(t, spec, &clean);
+        int    in_marker = 0, skip = 0;
+        size_t cut = SIZE_MAX;
+        for (size_t i = 0; i < clean.n; i++) { /* mutations: 1 in 25 ids each way, outside markers */
+            int32_t  id = clean.v[i];
+            uint32_t x  = rnd_next(&seed) % 100;
+            if (skip || (!in_marker && id == ctl[1] && x < 3)) { /* a whole closing marker dropped */
+                skip = id != ctl[2];
+                continue;
+            }
+            if (in_marker || x >= 12) {
+            } else if (x < 4 && !k3_tok_is_special(t, id)) {
+                continue;
+            } else if (x >= 4 && x < 8) {
+                k3_ids_push(&ids, ctl[x % 4]);
+            } else if (x >= 8) {
+                const char *s = pc[rnd_next(&seed) % (sizeof pc / sizeof *pc)];
+                k3_tok_encode(t, s, strlen(s), 0, &ids);
+            }
+            in_marker = id == ctl[0] || id == ctl[1] ? 1 : id == ctl[2] ? 0 : in_marker;
+            k3_ids_push(&ids, id);
+        }
+        for (size_t i = 0; i < ids.n && cut == SIZE_MAX; i++)
+            if (ids.v[i] == ctl[3])
+                cut = i + 1; /* generation stops at the end of message */
+        parse_ids(t, run % 2, ids.v, cut < ids.n ? cut : ids.n, 1, r);
+        int ok = !r->bad_event && r->n_calls <= 8;
+        for (int c = 0; ok && c < r->n_calls; c++) {
+            ok = !strcmp(r->streamed[c], r->args[c]) && !foreign_key(r, c) &&
+                 !k3_utf8_repair(r->names[c], strlen(r->names[c]), NULL, NULL) &&
+                 !k3_utf8_repair(r->args[c], strlen(r->args[c]), NULL, NULL);
+            if (ok && r->complete[c] == 1) {
+                jv *v = NULL;
+                ok    = jv_parse(r->args[c], strlen(r->args[c]), &v) == K3_OK && v->kind == JV_OBJECT;
+                jv_free(v);
+                n_closed++;
+            }
+        }
+        if (!ok && n_bad++ < 2) {
+            char *sh = show(t, &ids);
+            for (char *q = sh; *q; q++)
+                *q = *q == 1 ? '^' : *q;
+            printf("  stream: %s\n", sh);
+            free(sh);
+            parsed_is(r, "", "", NULL);
+        }
+        k3_ids_free(&clean);
+        k3_ids_free(&ids);
+    }
+    free(r);
+    T_CHECK(
+        !n_bad && n_closed > 1000,
+        "%d random mutated tool blocks: events well formed, streamed arguments equal the final ones, UTF-8 "
+        "names and arguments, every closed call's arguments one JSON object, no argument in another call (%d "
+        "closed calls; %d bad)",
+        runs, n_closed, n_bad);
 }
 
 /* Every text a conversation carries, with every special token's name in it (and near misses,
@@ -1211,6 +1384,7 @@ int main(void) {
     test_rules(t);
     test_ids(t);
     test_cases(t);
+    test_random_tools(t);
     test_no_control_from_text(t);
     k3_tok_free(t);
     k3_tok *rt = real_ids_vocab();

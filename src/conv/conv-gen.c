@@ -236,8 +236,9 @@ static int same_calls(const k3_chat_parser *p, const k3_msg *m) {
 /* The structure of ids as the model reads it: each of the four structural ids (<|open|>,
  * <|close|>, <|sep|>, <|end_of_msg|>: k3-chat.md 2) and the bytes of each tag (what follows an
  * <|open|> or <|close|> up to the next structural id), length-prefixed; the text between tags
- * is left out, other special ids included. Two renderings with the same structure differ only
- * in their text's tokens. */
+ * is left out, and with it any other special id there ([BOS], a reserved id: what the model
+ * generated, which cannot open or close a message). Two renderings with the same structure
+ * differ only in their text's tokens. */
 static k3_status structure(const k3_tok *tok, const int32_t *v, size_t n, k3_buf *sig) {
     int32_t   open = k3_tok_special(tok, "<|open|>"), close = k3_tok_special(tok, "<|close|>");
     int32_t   sep = k3_tok_special(tok, "<|sep|>"), eom = k3_tok_special(tok, "<|end_of_msg|>");

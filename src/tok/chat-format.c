@@ -27,7 +27,9 @@
  * <|close|> id can end the value (an <|open|> or <|sep|> there is text). Arguments are
  * built as the JSON string json.dumps would write, streamed as they are read: `{"K": "`,
  * the escaped text, `"`; a typed value once it closes; `}` at the call's close. The
- * leniency of spec 2.1 (tools right after the think close, missing closes) is kept.
+ * leniency of spec 2.1 (tools right after the think close, missing closes) is kept, and a
+ * call left open is closed by the next call's marker. Names, keys and typed values are read
+ * as text decoded with replacement (U+FFFD), as the release's parsers read them.
  */
 #include "json.h"
 #include "tok.h"
@@ -557,6 +559,7 @@ struct k3_chat_parser {
     obuf        args_out;       /* arguments appended in the current feed             */
     int         ev_call, ev_done;
     const char *ev_name;
+    int         pend_open; /* 1 + a call whose open is reported by the next feed, 0: none */
 };
 
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out) {
@@ -662,8 +665,26 @@ static int tag_is(const k3_chat_parser *p, const char *name) {
            ((size_t)p->tag_n == n || (p->tools && p->tag[n] == ' '));
 }
 
+/* b with each byte sequence that is not UTF-8 replaced by U+FFFD: the text the release's
+ * parsers read (decoded with replacement; the channels get the same from their decoders), so
+ * names, keys and arguments are always UTF-8 and the arguments JSON text. */
+static k3_status utf8_fix(obuf *b) {
+    char  *s;
+    size_t n;
+    if (!b->n || !k3_utf8_repair(b->p, b->n, NULL, NULL))
+        return K3_OK;
+    k3_status st = tok_utf8_sanitize((const uint8_t *)(b->p ? b->p : ""), b->n, &s, &n);
+    if (st)
+        return st;
+    free(b->p);
+    b->p   = s;
+    b->n   = n;
+    b->cap = n + 1;
+    return K3_OK;
+}
+
 /* The value of attribute key in the pending tag (` key="value"`), unescaped in one pass
- * (&quot; -> ", &amp; -> &) into out. 1 when present. */
+ * (&quot; -> ", &amp; -> &) into out, made UTF-8 (utf8_fix). 1 when present. */
 static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
     const char *s = p->tag, *end = p->tag + p->tag_n;
     size_t      kn = strlen(key);
@@ -704,7 +725,7 @@ static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
                 q++;
             }
         }
-        return 1;
+        return utf8_fix(out) == K3_OK;
     }
     return 0;
 }
@@ -756,6 +777,17 @@ static k3_status open_call(k3_chat_parser *p) {
     if (!tag_attr(p, "tool", &name) || !name.n) { /* no tool name: the call is dropped (2.3) */
         free(name.p);
         return K3_OK;
+    }
+    if (memchr(name.p, 0, name.n)) { /* the name is a C string: a NUL is U+FFFD, as in text */
+        obuf fixed = {0};
+        for (size_t i = 0; i < name.n && !fixed.oom; i++)
+            (void)jbuf_add(&fixed, name.p[i] ? name.p + i : "\xEF\xBF\xBD", name.p[i] ? 1 : 3);
+        free(name.p);
+        if (fixed.oom) {
+            free(fixed.p);
+            return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
+        }
+        name = fixed;
     }
     pcall *nc = k3_grow(p->calls, &p->cap_calls, (size_t)p->n_calls + 1, sizeof *nc, 4);
     if (!nc) {
@@ -831,6 +863,8 @@ static k3_status close_value(k3_chat_parser *p) {
             st = add_args(p, "\"", 1);
         return st;
     }
+    if ((st = utf8_fix(&p->val)))
+        return st;
     jv  *v  = NULL;
     int  ok = jv_parse(p->val.p ? p->val.p : "", p->val.n, &v) == K3_OK;
     jbuf b  = {0};
@@ -875,6 +909,17 @@ static k3_status end_tag_tools(k3_chat_parser *p) {
             return open_value(p, 0);
         if (open && tag_is(p, "json"))
             return open_value(p, 1);
+        if (open && tag_is(p, "call")) { /* lenient: the open call had no <|close|>call */
+            int old = p->cur ? (int)(p->cur - p->calls) : -1;
+            if ((st = close_call(p)) || (st = open_call(p)))
+                return st;
+            if (old >= 0 && p->ev_name) { /* one call per feed: the new one opens in the next */
+                p->pend_open = p->ev_call + 1;
+                p->ev_call   = old;
+                p->ev_name   = NULL;
+            }
+            return K3_OK;
+        }
         if (!open && (tag_is(p, "call") || tag_is(p, "tools") || tag_is(p, "message")))
             st = close_call(p);
         if (st || tag_is(p, "call"))
@@ -932,9 +977,10 @@ static void out_reset(k3_chat_parser *p) {
     p->args_out.n = 0;
     if (p->args_out.p)
         p->args_out.p[0] = 0;
-    p->ev_call = -1;
-    p->ev_done = 0;
-    p->ev_name = NULL;
+    p->ev_call   = p->pend_open - 1;
+    p->ev_done   = 0;
+    p->ev_name   = p->pend_open ? p->calls[p->pend_open - 1].name : NULL;
+    p->pend_open = 0;
 }
 
 static void out_fill(const k3_chat_parser *p, k3_chat_out *o) {

@@ -1,6 +1,7 @@
 /* fuzz-chatparse.c: the output channel parser on arbitrary token streams (pairs of bytes are
- * ids, biased towards the structural tokens): never crashes, and with think off and no
- * structural token at all, every byte of text reaches the response channel. */
+ * ids, biased towards the structural tokens), with tool calls parsed or not: never crashes, and
+ * with think off and no structural token at all, every byte of text reaches the response
+ * channel. */
 #include "fuzz.h"
 #include "k3.h"
 
@@ -44,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *names[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
     k3_chat_parser    *p;
     FZ_CHECK(k3_chat_parser_new(tk, size && (data[0] & 1), &p) == K3_OK);
+    k3_chat_parser_set_tools(p, size && (data[0] & 2)); /* tool-call blocks parsed too */
     size_t in_text = 0, out_text = 0;
     int    structural = 0;
     for (size_t i = 1; i + 1 < size; i += 2) {
