@@ -1113,6 +1113,17 @@ static void int_mod_exact(const k3_gvocab *v) {
         {"{\"type\":\"integer\",\"multipleOf\":3,\"maximum\":-9007199254740900}", -9007199254740992,
          -9007199254740900, 3},
         {"{\"type\":\"integer\",\"minimum\":-60,\"maximum\":60}", -60, 60, 1},
+        /* past the old 1000: a power of 2, of 10 (given as 1e6), a product, 3999 (3 x 31 x 43) */
+        {"{\"type\":\"integer\",\"multipleOf\":1024,\"minimum\":-5000,\"maximum\":70000}", -5000, 70000,
+         1024},
+        {"{\"type\":\"integer\",\"multipleOf\":1e6,\"minimum\":-3000000,\"maximum\":12000000}", -3000000,
+         12000000, 1000000},
+        {"{\"type\":\"integer\",\"multipleOf\":86400,\"minimum\":0,\"maximum\":900000}", 0, 900000, 86400},
+        {"{\"type\":\"integer\",\"multipleOf\":3999,\"minimum\":-20000,\"maximum\":40000}", -20000, 40000,
+         3999},
+        /* the integers among the multiples of a fraction: of 0.5 all, of 2.5 those of 5 */
+        {"{\"type\":\"integer\",\"multipleOf\":0.5,\"minimum\":-9,\"maximum\":9}", -9, 9, 1},
+        {"{\"type\":\"integer\",\"multipleOf\":2.5,\"minimum\":-30,\"maximum\":30}", -30, 30, 5},
     };
     int bad = 0, n_doc = 0;
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
@@ -1151,8 +1162,34 @@ static void int_mod_exact(const k3_gvocab *v) {
             n_doc, bad);
     k3_grammar *g  = NULL;
     k3_status   st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.1}", &g);
-    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: a fraction"),
-            "a fractional multipleOf is refused naming it: %.120s", st ? k3_errmsg() : "it compiled");
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: 0.1 is no exact double") &&
+                strstr(k3_errmsg(), "0.3 / 0.1 is 2.9999999999999996"),
+            "a fraction that is no exact double is refused naming a multiple validators reject: %.200s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL;
+    st = compile(v, "{\"properties\":{\"p\":{\"type\":\"number\",\"multipleOf\":0.01}}}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #/properties/p: 0.01 is") &&
+                strstr(k3_errmsg(), "0.07 / 0.01 is 7.000000000000001"),
+            "multipleOf 0.01 is refused with the multiple ajv rejects: %.200s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL; /* a prime past the node bound: refused with the count */
+    st = compile(v, "{\"type\":\"integer\",\"multipleOf\":99991}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: its multiples need") &&
+                strstr(k3_errmsg(), "more than 65536"),
+            "multipleOf 99991 is refused naming the node count: %.200s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL; /* 2^-20: an exact double, but of 20 fraction digits */
+    st = compile(v, "{\"type\":\"number\",\"multipleOf\":9.5367431640625e-7}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "more than 16 fraction digits"),
+            "multipleOf 2^-20 is refused naming its digits: %.200s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL;
+    st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.5,\"minimum\":4503599627370497}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: bounds beyond 2^53 units"),
+            "a fractional multipleOf with bounds past 2^53 units is refused naming it: %.200s",
+            st ? k3_errmsg() : "it compiled");
     k3_grammar_free(g);
     g  = NULL; /* multiples exist, but none within 2^53: refused, not "no document satisfies it" */
     st = compile(v, "{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":9007199254740993}", &g);
@@ -1160,6 +1197,77 @@ static void int_mod_exact(const k3_gvocab *v) {
             "multipleOf with bounds past 2^53 is refused naming it: %.120s",
             st ? k3_errmsg() : "it compiled");
     k3_grammar_free(g);
+}
+
+/* Numbers under a fractional multipleOf that is an exact double (0.25, 0.5, 0.375, 2.5), with
+ * bounds: every X = x * 10^k from 40 below the range to 40 above it is taken exactly when in range
+ * and a multiple, written with the multipleOf's k fraction digits ("0.50", "-2.75"); no other
+ * spelling is (trailing zeros trimmed or added, an exponent, a leading zero, "-0.00"). Every text
+ * taken is a multiple in both readings: exactly (X a multiple of a) and as ajv divides, in doubles
+ * (strtod(x) / m an integer). Fails on the old code, which refused every fraction. */
+static void num_mod_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        long long   lo, hi, a; /* the X taken: [lo, hi], multiples of a */
+        int         k;         /* fraction digits */
+        double      m;
+    } cs[] = {
+        {"{\"type\":\"number\",\"multipleOf\":0.25,\"minimum\":-3,\"maximum\":10.1}", -300, 1010, 25, 2,
+         0.25},
+        {"{\"type\":\"number\",\"multipleOf\":0.5,\"exclusiveMinimum\":-0.5,\"exclusiveMaximum\":99.5}", -4,
+         994, 5, 1, 0.5},
+        {"{\"type\":\"number\",\"multipleOf\":0.375,\"minimum\":0.1,\"maximum\":5}", 100, 5000, 375, 3,
+         0.375},
+        {"{\"type\":\"number\",\"multipleOf\":2.5,\"minimum\":-1000,\"maximum\":1000}", -10000, 10000, 25, 1,
+         2.5},
+        {"{\"multipleOf\":1.25e-1,\"maximum\":3}", -99999999999, 3000, 125, 3, 0.125}, /* no type: numbers */
+    };
+    int bad = 0, n_doc = 0, taken = 0, both = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        long long p = 1, from = cs[i].lo - 40, to = cs[i].hi + 40;
+        for (int j = 0; j < cs[i].k; j++)
+            p *= 10;
+        if (from < -20000)
+            from = -20000; /* below the range only: enough of it */
+        for (long long x = from; x <= to; x++) {
+            char        t[7][48];
+            long long   ax = x < 0 ? -x : x;
+            int         complete, want = x >= cs[i].lo && x <= cs[i].hi && x % cs[i].a == 0;
+            const char *sg = x < 0 ? "-" : "";
+            snprintf(t[0], sizeof t[0], "%s%lld.%0*lld", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[1], sizeof t[1], "%s%lld.%0*lld0", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[2], sizeof t[2], "%s%lld.%0*lld", sg, ax / p, cs[i].k - 1, ax % p / 10);
+            snprintf(t[3], sizeof t[3], "%s%lld%0*llde-%d", sg, ax / p, cs[i].k, ax % p, cs[i].k);
+            snprintf(t[4], sizeof t[4], "%s0%lld.%0*lld", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[5], sizeof t[5], "-%lld.%0*lld", ax / p, cs[i].k, ax % p); /* "-0.00" for 0 */
+            snprintf(t[6], sizeof t[6], "%lld", ax / p);
+            for (int f = 0; f < 7; f++) {
+                if ((f == 2 && cs[i].k == 1) || (f == 5 && x != 0) || (f == 6 && ax % p))
+                    continue; /* no shorter form; -0 only; an integer only where x is one */
+                int got = feed_bytes(g, t[f], strlen(t[f]), &complete) == -1 && complete;
+                n_doc++;
+                if (got != (f == 0 && want) && bad++ < 5)
+                    printf("# %s: %s %s\n", cs[i].sch, t[f], got ? "taken" : "refused");
+                if (got) { /* ajv's reading too: the double quotient is an integer */
+                    double q = strtod(t[f], NULL) / cs[i].m;
+                    taken++, both += q == floor(q) && fabs(q) < 1e21;
+                }
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad && n_doc > 40000,
+            "numbers under a fractional multipleOf and bounds: %d texts taken exactly when in range, a "
+            "multiple and written with its fraction digits (%d wrong)",
+            n_doc, bad);
+    T_CHECK(taken > 1000 && both == taken,
+            "every one of the %d taken is a multiple as ajv divides too (%d are)", taken, both);
 }
 
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
@@ -1553,6 +1661,7 @@ int main(int argc, char **argv) {
         k3_grammar_free(g);
     num_bounds_exact(v);
     int_mod_exact(v);
+    num_mod_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());

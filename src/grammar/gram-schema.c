@@ -10,7 +10,7 @@
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
  *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
  *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
- *   multipleOf (integers up to 1000: emit_integer), minimum, maximum, exclusiveMinimum,
+ *   multipleOf (integers and fractions over a power of 2: emit_integer), minimum, maximum, exclusiveMinimum,
  *   exclusiveMaximum (integers: exactly and as doubles, int_bound;
  * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
  * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
@@ -63,9 +63,13 @@ typedef struct sc {
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
     int         n_pat, cap_pat;
-    int         mod;  /* multipleOf of the integer being written (0: none; digits, mod_tail) */
-    int        *tail; /* (17, mod) mod_tail's nodes, -2 not made yet */
-    int         tail_to;
+    long long   mod;     /* the digits' integer is a multiple of it (0: none; digits, mod_tail) */
+    int         point;   /* digits after the point (a fractional multipleOf's), 0: an integer */
+    long long   pw[17];  /* 10^m */
+    long long   red[17]; /* mod / gcd(mod, 10^m): the remainders m digits from the end tell apart */
+    int64_t    *tkey;    /* (tcap) mod_tail's states: m << 57 | remainder class, -1 empty */
+    int32_t    *tval;    /* (tcap) their nodes */
+    int         tcap, tail_to;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -201,49 +205,96 @@ static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
     return st;
 }
 
-/* Under multipleOf c->mod: the node from which m more digits, any of them, end at c->tail_to
- * with the whole magnitude a multiple of mod, having read digits of remainder r so far (-1: none
- * does; g_finish drops the edges into dead ends). Shared by every prefix with that remainder, so
- * the multiples of mod up to 16 digits cost 16 * mod nodes of 10 edges. */
-static int mod_tail(sc *c, int m, int r, k3_status *st) {
-    int *t = &c->tail[m * c->mod + r];
-    if (m == 0)
-        return r ? -1 : c->tail_to;
-    if (*t != -2 || *st)
-        return *t;
-    if ((*t = node(c)) < 0)
-        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
-    for (int d = 0; d < 10 && !*st; d++) {
-        int nx = mod_tail(c, m - 1, (int)((10LL * r + d) % c->mod), st);
-        if (nx >= 0 && !*st)
-            *st = g_byte(c->g, c->tail[m * c->mod + r], (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
-    }
-    return c->tail[m * c->mod + r];
+/* Under multipleOf c->mod (the digits' integer a multiple of it): m more digits, read after
+ * digits of remainder r, matter only through r * 10^m mod c->mod, so r is kept modulo
+ * c->red[m] (mod / gcd(mod, 10^m)), and a remainder that no m digits can complete (the least
+ * completion mod - r * 10^m mod mod is not below 10^m) is dead: no node. mod_states bounds the
+ * classes left; a power of 2 (1024: 288 nodes) or of 10 (10^6: 16) costs far less than a prime (13 per
+ * remainder). */
+static int mod_live(const sc *c, int m, long long r) {
+    __extension__ typedef unsigned __int128 u128;
+    long long                               rho = (long long)((u128)r * (u128)c->pw[m] % (u128)c->mod);
+    return (rho ? c->mod - rho : 0) < c->pw[m];
 }
 
+static uint32_t tail_hash(int64_t k) {
+    return (uint32_t)(((uint64_t)k * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+/* The node from which m more digits, any of them, end at c->tail_to with the whole a multiple of
+ * c->mod (a '.' before the last c->point of them), after digits of remainder r; -1 when none
+ * does (g_finish drops edges into dead ends). Shared by every prefix of that class. */
+static int mod_tail(sc *c, int m, long long r, k3_status *st) {
+    if (*st || !mod_live(c, m, r))
+        return -1;
+    if (m == 0)
+        return c->tail_to;
+    long long cls = r % c->red[m];
+    int64_t   key = (int64_t)m << 57 | cls; /* cls < mod <= 10^17 < 2^57 */
+    uint32_t  h   = tail_hash(key) & (uint32_t)(c->tcap - 1);
+    for (; c->tkey[h] != -1; h = (h + 1) & (uint32_t)(c->tcap - 1))
+        if (c->tkey[h] == key)
+            return c->tval[h];
+    int t = node(c), in = t;
+    if (m == c->point && t >= 0) /* the fraction's digits begin: its point first */
+        in = node(c), *st = in < 0 ? K3_OK : g_byte(c->g, t, '.', '.', in);
+    if (in < 0)
+        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
+    c->tkey[h] = key, c->tval[h] = t; /* claimed before the recursion fills more slots */
+    for (int d = 0; d < 10 && !*st; d++) {
+        int nx = mod_tail(c, m - 1, (10 * cls + d) % c->mod, st);
+        if (nx >= 0 && !*st)
+            *st = g_byte(c->g, in, (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
+    }
+    return t;
+}
+
+static k3_status digits_from(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to);
+
 /* Digits of a fixed length n between lo and hi (strings of n digits), after digits of
- * remainder r modulo c->mod (0 without multipleOf). */
-static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int from, int to) {
+ * remainder r modulo c->mod (0 without multipleOf); under a fractional multipleOf, a '.'
+ * before the last c->point of them. */
+static k3_status digits(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to) {
     if (n == 0)
         return r ? K3_OK : g_eps(c->g, from, to);
+    if (n == c->point) {
+        int       p = node(c);
+        k3_status st =
+            p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_byte(c->g, from, '.', '.', p);
+        if (st)
+            return st;
+        from = p;
+    }
+    return digits_from(c, lo, hi, n, r, from, to);
+}
+
+/* digits, from reading the first of the n (its point, if any, read). */
+static k3_status digits_from(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to) {
     int all = 1;
     for (int k = 1; k < n; k++)
         all &= lo[k] == '0' && hi[k] == '9';
     if (all && c->mod) { /* [lo0-hi0] then n - 1 free digits that end at a multiple */
         k3_status st = K3_OK;
         for (int d = lo[0]; d <= hi[0] && !st; d++) {
-            int nx = mod_tail(c, n - 1, (int)((10LL * r + d - '0') % c->mod), &st);
+            int nx = mod_tail(c, n - 1, (10 * r + d - '0') % c->mod, &st);
             if (nx >= 0 && !st)
                 st = g_byte(c->g, from, (uint8_t)d, (uint8_t)d, nx);
         }
         return st;
     }
-    if (all) { /* [lo0-hi0][0-9]{n-1} */
+    if (all) { /* [lo0-hi0][0-9]{n-1}, the point where it goes */
         int cur = from;
         for (int k = 0; k < n; k++) {
-            int       nx = k + 1 == n ? to : node(c);
-            k3_status st = g_byte(c->g, cur, k ? '0' : lo[0], k ? '9' : hi[0], nx);
-            if (st)
+            k3_status st = K3_OK;
+            if (k && n - k == c->point) {
+                int p = node(c);
+                if ((st = p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
+                                : g_byte(c->g, cur, '.', '.', p)))
+                    return st;
+                cur = p;
+            }
+            int nx = k + 1 == n ? to : node(c);
+            if ((st = g_byte(c->g, cur, k ? '0' : lo[0], k ? '9' : hi[0], nx)))
                 return st;
             cur = nx;
         }
@@ -253,7 +304,7 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int
     k3_status st;
     memset(zeros, '0', sizeof zeros);
     memset(nines, '9', sizeof nines);
-#define NEXT(d) (c->mod ? (int)((10LL * r + (d) - '0') % c->mod) : 0)
+#define NEXT(d) (c->mod ? (10 * r + (d) - '0') % c->mod : 0)
     if (lo[0] == hi[0]) {
         int m = node(c);
         if ((st = g_byte(c->g, from, lo[0], lo[0], m)))
@@ -267,28 +318,31 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int
         (st = digits(c, zeros, hi + 1, n - 1, NEXT(hi[0]), m2, to)))
         return st;
     if (lo[0] + 1 <= hi[0] - 1) { /* the digits between: free after them (the all case) */
-        char mid[2] = {(char)(lo[0] + 1), (char)(hi[0] - 1)};
         char lo2[24], hi2[24];
-        lo2[0] = mid[0], hi2[0] = mid[1];
+        lo2[0] = (char)(lo[0] + 1), hi2[0] = (char)(hi[0] - 1);
         memcpy(lo2 + 1, zeros, (size_t)n - 1), memcpy(hi2 + 1, nines, (size_t)n - 1);
-        return digits(c, lo2, hi2, n, r, from, to);
+        return digits_from(c, lo2, hi2, n, r, from, to);
     }
 #undef NEXT
     return K3_OK;
 }
 
-/* Decimal integers in [a, b], 0 <= a <= b. */
+/* Decimal integers in [a, b], 0 <= a <= b; under a fractional multipleOf (c->point digits after
+ * the point) at least c->point + 1 digits, so 5 is "0.05" under 0.01's point. */
 static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
-    long long p = 1; /* L digits: [p, 10p - 1], and 0 for L = 1 (so b = 0 still writes "0") */
-    for (int L = 1; L <= 17 && (L == 1 || p <= b); L++, p *= 10) {
-        long long lo = a > (L == 1 ? 0 : p) ? a : (L == 1 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
+    int       L0 = c->point + 1; /* the fewest digits: those of 0 */
+    long long p  = 1;            /* L digits: [p, 10p - 1], and from 0 for L0 */
+    for (int L = 1; L < L0; L++)
+        p *= 10;
+    for (int L = L0; L <= 17 && (L == L0 || p <= b); L++, p *= 10) {
+        long long lo = a > (L == L0 ? 0 : p) ? a : (L == L0 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
         if (lo > hi)
             continue;
         char      sl[24], sh[24];
         k3_status st;
-        snprintf(sl, sizeof sl, "%lld", lo);
-        snprintf(sh, sizeof sh, "%lld", hi);
-        if ((st = digits(c, sl, sh, L, 0, from, to)))
+        snprintf(sl, sizeof sl, "%017lld", lo); /* the last L of them: lo < 10^L */
+        snprintf(sh, sizeof sh, "%017lld", hi);
+        if ((st = digits(c, sl + 17 - L, sh + 17 - L, L, 0, from, to)))
             return st;
     }
     return K3_OK;
@@ -367,65 +421,6 @@ static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, 
     }
 #undef PASS
     return K3_OK;
-}
-
-#define G_MOD_MAX 1000             /* the greatest multipleOf written (16 * it nodes) */
-#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
-
-/* multipleOf of schema s: *k 0 without one; the grammar writes integer ones up to G_MOD_MAX. A
- * validator divides in doubles (ajv: x / k must be an integer; Python's jsonschema too, for a
- * float k), so a fraction is refused: under multipleOf 0.1, 0.3 / 0.1 is 2.9999999999999996. */
-static k3_status multiple_of(const jv *s, const char *path, long long *k) {
-    const jv *v = jv_get(s, "multipleOf");
-    double    d;
-    k3_status st;
-    *k = 0;
-    if (!v)
-        return K3_OK;
-    if ((st = bound_value(v, path, "multipleOf", &d)))
-        return st;
-    if (!(d > 0))
-        return bad(path, "multipleOf", "a number above 0");
-    if (d != floor(d))
-        return unsupported(path, "multipleOf",
-                           "a fraction (validators divide in doubles: under multipleOf 0.1, 0.3 / 0.1 is "
-                           "2.9999999999999996, not a multiple); only integers up to 1000 are written");
-    if (d > G_MOD_MAX)
-        return unsupported(path, "multipleOf", "above 1000 (each remainder is a grammar node per digit)");
-    *k = (long long)d;
-    return K3_OK;
-}
-
-/* An integer (or a number under an integer multipleOf: those are integers) within the bounds;
- * under multipleOf k, a multiple of k of at most 2^53 in magnitude (where x / k is exact in
- * doubles, as ajv divides): the digits carry their remainder (digits, mod_tail). */
-static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
-    long long lo = -G_INT_MAX, hi = G_INT_MAX, k;
-    k3_status st;
-    for (int b = 0; b < 4; b++) {
-        const jv *v = jv_get(s, bound_key[b]);
-        if (v && (st = int_bound(v, path, b, &lo, &hi)))
-            return st;
-    }
-    if ((st = multiple_of(s, path, &k)))
-        return st;
-    if (k <= 1)
-        return int_range(c, lo, hi, from, to);
-    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* integers, none of them written */
-        return unsupported(path, "multipleOf",
-                           "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
-                           "doubles is not exact, so only multiples within it are written");
-    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
-    if (!(c->tail = k3_malloc(17 * (size_t)k * sizeof *c->tail)))
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-    for (long long i = 0; i < 17 * k; i++)
-        c->tail[i] = -2;
-    c->mod = (int)k, c->tail_to = to;
-    st     = int_range(c, lo, hi, from, to);
-    c->mod = 0;
-    free(c->tail);
-    c->tail = NULL;
-    return st;
 }
 
 /* ---- numbers within bounds ---------------------------------------------------------------
@@ -555,13 +550,13 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
     return st;
 }
 
-/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum, exactly as a validator
- * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
- * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
-static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
-    g_num     lo = -G_NUM_MAX, hi = G_NUM_MAX;
+/* The numbers N * 10^-16 that pass s's bounds as a validator reads them (above): [*lo, *hi];
+ * *holds 0 when no number at all does (the bounds cross), so that bounds holding only numbers of
+ * more than 16 fraction digits are told apart (refused) from none. */
+static k3_status num_bounds(const jv *s, const char *path, g_num *lo, g_num *hi, int *holds) {
     double    dlo = -INFINITY, dhi = INFINITY; /* the least and greatest doubles the bounds pass */
     k3_status st;
+    *lo = -G_NUM_MAX, *hi = G_NUM_MAX;
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, bound_key[k]);
         int       lower = k < 2;
@@ -573,12 +568,25 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
         g_num n = lower ? g_num_lo(d, k & 1) : g_num_hi(d, k & 1);
         if (lower ? n > G_NUM_MAX : n < -G_NUM_MAX) /* past every writable number */
             return beyond(path, bound_key[k]);
-        if (lower ? n > lo : n < hi)
-            lo = lower ? n : lo, hi = lower ? hi : n;
+        if (lower ? n > *lo : n < *hi)
+            *lo = lower ? n : *lo, *hi = lower ? *hi : n;
         d   = k & 1 ? nextafter(d, lower ? INFINITY : -INFINITY) : d;
         dlo = lower && d > dlo ? d : dlo, dhi = !lower && d < dhi ? d : dhi;
     }
-    if (lo > hi && dlo <= dhi) /* numbers, but none written without an exponent (1e-20) */
+    *holds = dlo <= dhi;
+    return K3_OK;
+}
+
+/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum, exactly as a validator
+ * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
+ * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
+static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
+    g_num     lo, hi;
+    int       holds;
+    k3_status st;
+    if ((st = num_bounds(s, path, &lo, &hi, &holds)))
+        return st;
+    if (lo > hi && holds) /* numbers, but none written without an exponent (1e-20) */
         return unsupported(
             path, jv_get(s, "exclusiveMinimum") ? "exclusiveMinimum" : "minimum",
             "bounds that hold numbers, none of them of at most 16 fraction digits (the numbers "
@@ -596,6 +604,182 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
             return st;
     }
     return K3_OK;
+}
+
+/* ---- multipleOf ------------------------------------------------------------------------------
+ * JSON numbers are decimal text, so the exact reading of multipleOf m is decimal: m's shortest
+ * text a * 10^-k (0.25: a = 25, k = 2; the double's shortest digits, as JSON.parse prints it), and
+ * x is a multiple when x * 10^k is an integer multiple of a (1.5e2, 150.00 and 150 alike).
+ * Validators divide in doubles instead (ajv: x / m === parseInt(x / m); Python's jsonschema:
+ * int(q) == q): 0.3 / 0.1 is 2.9999999999999996 and 0.07 / 0.01 is 7.000000000000001, so they
+ * reject exact multiples of a fraction that is no exact double (16% of 0.01's up to 10^4, 32% of
+ * 0.1's), and which ones follows no digit pattern a grammar could write. The two readings agree
+ * on every multiple when m is an exact double (an integer, or a fraction over a power of 2: 0.5,
+ * 0.25, 0.125, 2.5) and |x * 10^k| <= 2^53: x and m are exact doubles, so x / m is exact. k3chat
+ * writes only those (both readings take every value written); another fraction is refused
+ * naming a multiple a validator rejects. The multiples are the integers X = x * 10^k, a multiple
+ * of a, written with a point before their last k digits (digits, mod_tail). */
+
+#define G_MOD_NODES 65536          /* mod_tail's nodes at most (mod_states) */
+#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
+
+/* The shortest of printf's %.*g texts of d (1 to 17 digits) that strtod reads back as d, in t
+ * (JSON.parse's digits: 0.07 / 0.01 prints 7.000000000000001). */
+static void short_text(double d, char *t, size_t n) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, n, "%.*g", p, d);
+        if (strtod(t, NULL) == d)
+            return;
+    }
+}
+
+static long long gcd_ll(long long a, long long b) {
+    while (b) {
+        long long t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The most nodes mod_tail makes under modulus a: per count m of digits left, the remainder
+ * classes (a / gcd(a, 10^m)) that some m digits complete (those within 10^m of a multiple). */
+static long long mod_states(long long a) {
+    long long n = 0, pw = 1;
+    for (int m = 1; m <= 16; m++) {
+        pw *= 10;
+        long long g = gcd_ll(a, pw), cls = a / g, live = (pw - 1) / g + 1;
+        n += cls < live ? cls : live;
+    }
+    return n;
+}
+
+/* multipleOf of schema s as *a * 10^-*k (k 0: an integer; *a 0: no multipleOf), refused (naming
+ * why) unless both readings agree on its multiples (above). */
+static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k) {
+    const jv *v = jv_get(s, "multipleOf");
+    double    d;
+    k3_status st;
+    char      t[40], ts[2][40];
+    *a = 0, *k = 0;
+    if (!v)
+        return K3_OK;
+    if ((st = bound_value(v, path, "multipleOf", &d)))
+        return st;
+    if (!(d > 0) || !isfinite(d))
+        return bad(path, "multipleOf", "a finite number above 0");
+    short_text(d, t, sizeof t);
+    long long m = 0, p5 = 1;
+    int       e = strchr(t, 'e') ? atoi(strchr(t, 'e') + 1) : 0, frac = 0; /* d = m * 10^e */
+    for (const char *q = t; *q && *q != 'e'; q++)
+        if (*q == '.')
+            frac = 1;
+        else
+            m = m * 10 + (*q - '0'), e -= frac;
+    for (; m % 10 == 0; m /= 10)
+        e++;
+    for (; e > 0 && m <= G_EXACT; e--)
+        m *= 10;
+    if (m > G_EXACT || e > 0)
+        return unsupported(path, "multipleOf",
+                           "above 2^53 (9007199254740992): no multiple but 0 is an exact double");
+    if (-e > 16)
+        return unsupported(path, "multipleOf",
+                           "more than 16 fraction digits (the numbers written have at most 16)");
+    for (int i = 0; i < -e; i++)
+        p5 *= 5;
+    if (m % p5) { /* no exact double: name a multiple validators reject */
+        double pw = 1;
+        for (int i = 0; i < -e; i++)
+            pw *= 10;
+        for (long long j = 1; j <= 1000; j++) {
+            double x = (double)(j * m) / pw, q = x / d; /* exact / exact: rounded once, as strtod */
+            if (q == floor(q))
+                continue;
+            snprintf(ts[0], sizeof ts[0], "%.*f", -e, x);
+            short_text(q, ts[1], sizeof ts[1]);
+            return k3_err(K3_ERR_UNSUPPORTED,
+                          "json schema: unsupported keyword \"multipleOf\" at %s: %.*f is no exact double, "
+                          "and validators (ajv, Python's jsonschema) divide in doubles: %s / %.*f is %s, not "
+                          "an integer, so they reject some exact multiples, and which ones follows no digit "
+                          "pattern; an integer or a fraction over a power of 2 (0.5, 0.25, 0.125) is written",
+                          path, -e, d, ts[0], -e, d, ts[1]);
+        }
+        return unsupported(path, "multipleOf",
+                           "a fraction that is no exact double (validators divide in doubles)");
+    }
+    *a = m, *k = -e;
+    return K3_OK;
+}
+
+/* An integer (num 0), or a number under multipleOf (num 1: the multiples, written with the
+ * multipleOf's fraction digits, integers under an integer one), within the bounds; under
+ * multipleOf a multiple of at most 2^53 units of its last digit in magnitude (where x / m is
+ * exact in doubles, as validators divide): the digits carry their remainder (digits, mod_tail). */
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int num, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX, a;
+    int       k;
+    k3_status st;
+    if ((st = multiple_of(s, path, &a, &k)))
+        return st;
+    if (!num && k) { /* the integers among the multiples of a * 10^-k */
+        long long pw = 1;
+        for (int i = 0; i < k; i++)
+            pw *= 10;
+        a /= gcd_ll(a, pw), k = 0;
+    }
+    if (k) { /* X = x * 10^k within the bounds: the multiples are exact doubles, compared as such */
+        g_num nlo, nhi, unit = 1, cap = G_EXACT + 1;
+        int   holds;
+        if ((st = num_bounds(s, path, &nlo, &nhi, &holds)))
+            return st;
+        for (int i = k; i < 16; i++)
+            unit *= 10;                                            /* 10^-k in 10^-16 units */
+        nlo = nlo >= 0 ? (nlo + unit - 1) / unit : nlo / unit;     /* ceil */
+        nhi = nhi >= 0 ? nhi / unit : -((-nhi + unit - 1) / unit); /* floor */
+        lo  = (long long)(nlo > cap ? cap : nlo < -cap ? -cap : nlo);
+        hi  = (long long)(nhi > cap ? cap : nhi < -cap ? -cap : nhi);
+    } else
+        for (int b = 0; b < 4; b++) {
+            const jv *v = jv_get(s, bound_key[b]);
+            if (v && (st = int_bound(v, path, b, &lo, &hi)))
+                return st;
+        }
+    if (a <= 1 && !k)
+        return int_range(c, lo, hi, from, to);
+    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* multiples, none of them written */
+        return unsupported(path, "multipleOf",
+                           k ? "bounds beyond 2^53 units of its last digit: above them a validator's "
+                               "division in doubles is not exact, so only multiples within them are written"
+                             : "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
+                               "doubles is not exact, so only multiples within it are written");
+    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
+    long long n = mod_states(a);
+    if (n > G_MOD_NODES)
+        return k3_err(
+            K3_ERR_UNSUPPORTED,
+            "json schema: unsupported keyword \"multipleOf\" at %s: its multiples need %lld grammar "
+            "nodes (up to %lld remainders per digit), more than %d",
+            path, n, a, G_MOD_NODES);
+    for (c->tcap = 64; c->tcap < 2 * n + 64;)
+        c->tcap *= 2;
+    c->tkey = k3_malloc((size_t)c->tcap * sizeof *c->tkey);
+    c->tval = k3_malloc((size_t)c->tcap * sizeof *c->tval);
+    if (!c->tkey || !c->tval)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (int i = 0; !st && i < c->tcap; i++)
+        c->tkey[i] = -1;
+    c->pw[0] = 1;
+    for (int m = 1; m < 17; m++)
+        c->pw[m] = c->pw[m - 1] * 10;
+    for (int m = 0; m < 17; m++)
+        c->red[m] = a / gcd_ll(a, c->pw[m]);
+    c->mod = a, c->point = k, c->tail_to = to;
+    if (!st)
+        st = int_range(c, lo, hi, from, to);
+    c->mod = 0, c->point = 0;
+    free(c->tkey), free(c->tval);
+    c->tkey = NULL, c->tval = NULL;
+    return st;
 }
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
@@ -2091,8 +2275,11 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
                 types |= T_ARR;
             else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
                 types |= T_STR;
-            else if (strstr(k, "imum") || !strcmp(k, "multipleOf"))
-                types |= T_INT;
+            else if (strstr(k, "imum") || !strcmp(k, "multipleOf")) /* a fraction's multiples: numbers */
+                types |= !strcmp(k, "multipleOf") && s->items[i].kind == JV_FLOAT &&
+                                 s->items[i].d != floor(s->items[i].d)
+                             ? T_NUM
+                             : T_INT;
         }
         if (!types) {
             int start;
@@ -2105,12 +2292,12 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
-    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples of an integer are integers */
-        st = emit_integer(c, s, path, from, to);
+    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples, within the bounds */
+        st = emit_integer(c, s, path, 1, from, to);
     else if (types & T_NUM)
         st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
-        st = emit_integer(c, s, path, from, to);
+        st = emit_integer(c, s, path, 0, from, to);
     if (st || ((types & T_STR) && (st = emit_string(c, s, path, from, to))) ||
         ((types & T_ARR) && (st = emit_array(c, s, path, from, to))) ||
         ((types & T_OBJ) && (st = emit_object(c, s, path, from, to))))
