@@ -1035,6 +1035,24 @@ static const struct {
     {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
+    /* format beside pattern: both hold (the product of their automata; it was refused) */
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-12-31\"", 1},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2023-02-28\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-13-01\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-x\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a.b@example.com\"",
+     1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a@example.org\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a@@example.com\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"@example.com\"", 0},
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9A-F-]+$\"}",
+     "\"01234567-0000-4000-8000-000000000009\"", 1}, /* the format writes a-f, the pattern A-F: digits */
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9A-F-]+$\"}",
+     "\"0a234567-0000-4000-8000-000000000009\"", 0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"10.0.0.1\"", 1},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"10.0.0.100\"",
+     0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"11.0.0.1\"", 0},
 /* multipleOf beside an enum: both readings (ajv divides doubles; Python's json, integers exact) */
 #define MOD3 "{\"enum\":[9007199254740993,9007199254740995,9007199254740996],\"multipleOf\":3}"
     {MOD3, "9007199254740993", 0}, /* a multiple, but JSON.parse reads 9007199254740992 */
@@ -1657,6 +1675,14 @@ int main(int argc, char **argv) {
     st = compile(v, "{\"type\":\"number\",\"minimum\":0.75,\"exclusiveMaximum\":0.75}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
             "number bounds [0.75, 0.75) admit nothing: %s", st ? k3_errmsg() : "it compiled");
+    if (!st)
+        k3_grammar_free(g);
+    st = compile(v, "{\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^x\"}}}",
+                 &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                strstr(k3_errmsg(), "\"format\" at #/properties/d: no string of the part of the format"),
+            "a format no string of which matches the pattern beside it is refused naming both: %s",
+            st ? k3_errmsg() : "it compiled");
     if (!st)
         k3_grammar_free(g);
     num_bounds_exact(v);

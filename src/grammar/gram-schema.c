@@ -8,14 +8,14 @@
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
  *   allow it: vcheck, a validator of one value), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
- *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
- *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
- *   multipleOf (integers and fractions over a power of 2: emit_integer), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers: exactly and as doubles, int_bound;
- * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
- * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
- * (recursion through calls), the annotations ($id at the root only). Anything else is refused with
- * K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
+ *   pattern or format too: g_pattern_len), pattern (gram-re.c; beside a format, both hold: g_pattern_len),
+ * format (OpenAI's strict list: date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table
+ * formats), multipleOf (integers and fractions over a power of 2: emit_integer), minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an
+ * exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged objects: tagged_apart),
+ * allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME (recursion through
+ * calls), the annotations ($id at the root only). Anything else is refused with K3_ERR_UNSUPPORTED naming the
+ * keyword and its JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
@@ -807,30 +807,29 @@ static k3_status str_lengths(const char *path, long mn, long mx, int *none) {
     return K3_OK;
 }
 
-/* A string of pattern pat or format fmt (one of them) within minLength mn and maxLength mx (-1:
- * none), JSON-escaped or raw, from -> to (between the quotes). */
+/* A string of pattern pat and format fmt (one of them or both: both must hold, the product of
+ * their automata) within minLength mn and maxLength mx (-1: none), JSON-escaped or raw, from -> to
+ * (between the quotes). */
 static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char *path, int raw, long mn,
                                 long mx, int from, int to) {
-    const char *re = NULL;
-    size_t      n  = 0;
-    if (pat && fmt)
-        return unsupported(path, "format", "together with pattern");
-    if (pat && pat->kind != JV_STRING)
-        return bad(path, "pattern", "a string");
+    const char     *re[2];
+    size_t          n[2];
+    int             n_re = 0, none;
     k3_status       st;
     const g_format *f;
+    if (pat && pat->kind != JV_STRING)
+        return bad(path, "pattern", "a string");
     if (pat)
-        re = pat->s, n = pat->n;
-    else if ((st = format_of(fmt, path, &f)))
+        re[n_re] = pat->s, n[n_re++] = pat->n;
+    if (fmt && (st = format_of(fmt, path, &f)))
         return st;
-    else
-        re = f->re, n = strlen(f->re);
-    int none;
+    if (fmt)
+        re[n_re] = f->re, n[n_re++] = strlen(f->re);
     if ((st = str_lengths(path, mn, mx, &none)) || none)
         return st;
-    if (mn == 0 && mx < 0)
-        return g_pattern(c->g, re, n, path, raw, from, to);
-    return g_pattern_len(c->g, re, n, path, raw, mn, mx, from, to);
+    if (mn == 0 && mx < 0 && n_re == 1)
+        return g_pattern(c->g, re[0], n[0], path, raw, from, to);
+    return g_pattern_len(c->g, re, n, n_re, path, raw, mn, mx, from, to);
 }
 
 static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
