@@ -1288,6 +1288,101 @@ static void num_mod_exact(const k3_gvocab *v) {
             "every one of the %d taken is a multiple as ajv divides too (%d are)", taken, both);
 }
 
+/* uniqueItems: true over items of a few values: every array of up to 4 elements drawn from the
+ * listed texts (some outside the items' values), separated by "," or ", ", is taken exactly when
+ * its elements are items' values, pairwise distinct as a validator compares them (1 and 1.0 are
+ * one value), and their count is within minItems and maxItems. Fails on the old code, which refused
+ * uniqueItems: true; plus the refusals of items that are not a few values, naming the path. */
+static void unique_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        const char *el[4]; /* candidate element texts */
+        int         cl[4]; /* their value classes (-1: not an items value) */
+        int         mn, mx;
+    } cs[] = {
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"uniqueItems\":true,\"minItems\":1,"
+         "\"maxItems\":2}",
+         {"\"a\"", "\"b\"", "\"c\"", "\"d\""},
+         {0, 1, 2, -1},
+         1,
+         2},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}",
+         {"true", "false", "null", "0"},
+         {0, 1, -1, -1},
+         0,
+         9},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,1.0,2,[1]]},\"uniqueItems\":true}",
+         {"1", "1.0", "2", "[1]"},
+         {0, 0, 1, 2},
+         0,
+         9},
+        {"{\"$defs\":{\"e\":{\"enum\":[\"x\",\"y\",null]}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+         "e\"},"
+         "\"uniqueItems\":true,\"minItems\":2}",
+         {"\"x\"", "\"y\"", "null", "\"z\""},
+         {0, 1, 2, -1},
+         2,
+         9},
+    };
+    int bad = 0, n_doc = 0, n_taken = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        for (int len = 0; len <= 4; len++) {
+            int pick[4] = {0}, total = 1;
+            for (int k = 0; k < len; k++)
+                total *= 4;
+            for (int code = 0; code < total; code++) {
+                char doc[128];
+                int  at = 0, want = len >= cs[i].mn && len <= cs[i].mx, used = 0, complete;
+                for (int k = 0, x = code; k < len; k++, x /= 4)
+                    pick[k] = x % 4;
+                doc[at++] = '[';
+                for (int k = 0; k < len; k++) {
+                    int c = cs[i].cl[pick[k]];
+                    want &= c >= 0 && !(used >> c & 1);
+                    used |= c >= 0 ? 1 << c : 0;
+                    at += snprintf(doc + at, sizeof doc - (size_t)at, "%s%s",
+                                   k ? (code & 1 ? ", " : ",") : "", cs[i].el[pick[k]]);
+                }
+                doc[at++] = ']';
+                int got   = feed_bytes(g, doc, (size_t)at, &complete) == -1 && complete;
+                n_doc++, n_taken += got;
+                if (got != want && bad++ < 5)
+                    printf("# %.*s under %s: %s\n", at, doc, cs[i].sch, got ? "taken" : "refused");
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad && n_taken > 30,
+            "uniqueItems: %d arrays taken exactly when distinct items' values within the "
+            "counts (%d taken, %d wrong)",
+            n_doc, n_taken, bad);
+    static const char *const refused[][2] = {
+        {"{\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}}}",
+         "\"uniqueItems\" at #/properties/t: over items that are not a few values"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"items\":{\"enum\":[1,2]},\"uniqueItems\":"
+         "true}",
+         "\"uniqueItems\" at #: beside prefixItems"},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},"
+         "\"uniqueItems\":"
+         "true}",
+         "\"uniqueItems\" at #: over more than 16 distinct values"},
+        {"{\"type\":\"array\",\"uniqueItems\":1}", "\"uniqueItems\" at #: expected a boolean"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v, refused[i][0], &g);
+        T_CHECK(st && strstr(k3_errmsg(), refused[i][1]), "uniqueItems refused: %s -> %.160s", refused[i][0],
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+    }
+}
+
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
  * of two where doubles are sparse), each keyword with its own bound: every candidate near a
  * bound (its digits, one unit of the 16th fraction digit either side, of coarser digits, trailing
@@ -1688,6 +1783,7 @@ int main(int argc, char **argv) {
     num_bounds_exact(v);
     int_mod_exact(v);
     num_mod_exact(v);
+    unique_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());

@@ -6,16 +6,18 @@
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
- *   allow it: vcheck, a validator of one value), properties, required,
- *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
- *   pattern or format too: g_pattern_len), pattern (gram-re.c; beside a format, both hold: g_pattern_len),
- * format (OpenAI's strict list: date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table
- * formats), multipleOf (integers and fractions over a power of 2: emit_integer), minimum, maximum,
- * exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an
- * exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged objects: tagged_apart),
- * allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME (recursion through
- * calls), the annotations ($id at the root only). Anything else is refused with K3_ERR_UNSUPPORTED naming the
- * keyword and its JSON path.
+ *   allow it: vcheck, a validator of one value), properties, required, additionalProperties,
+ *   items, prefixItems, minItems, maxItems, uniqueItems (over items of a few values:
+ *   unique_array), minLength, maxLength (beside a pattern or format too: g_pattern_len),
+ *   pattern (gram-re.c; beside a format, both hold: g_pattern_len), format (OpenAI's strict
+ *   list: date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table
+ *   formats), multipleOf (integers and fractions over a power of 2: emit_integer), minimum,
+ *   maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound;
+ *   numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types,
+ *   or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref to #,
+ *   #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the
+ *   root only). Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its
+ *   JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
@@ -1164,13 +1166,17 @@ static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int
 
 /* ---- arrays --------------------------------------------------------------------------------- */
 
+static k3_status unique_array(sc *c, const jv *s, const char *path, int from, int to);
+
 static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int to) {
     const jv *items = jv_get(s, "items"), *pre = jv_get(s, "prefixItems"), *uq = jv_get(s, "uniqueItems");
     long      mn, mx;
     k3_status st;
     char      p2[512];
-    if (uq && uq->kind != JV_FALSE)
-        return unsupported(path, "uniqueItems", "only false");
+    if (uq && uq->kind != JV_TRUE && uq->kind != JV_FALSE)
+        return bad(path, "uniqueItems", "a boolean");
+    if (uq && uq->kind == JV_TRUE)
+        return unique_array(c, s, path, from, to);
     if (items && items->kind == JV_ARRAY)
         return unsupported(path, "items", "the array form (use prefixItems)");
     if (items && items->kind != JV_OBJECT && items->kind != JV_TRUE && items->kind != JV_FALSE)
@@ -2175,31 +2181,166 @@ static k3_status value_ok(sc *c, const jv *s, const char *key, const char *path,
 
 /* The values of s's const (else enum) that s's other keywords allow (value_ok), from -> to;
  * raw 1: strings only, written raw (a tool call's string argument). */
-static k3_status emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to) {
+/* The values of s's enum or const that its other keywords allow (value_ok), each as the schema
+ * spells it: (*l)[i] its text (into all->p), (*xs)[i] the value, *m of them. The caller frees
+ * all->p, *l and *xs. */
+static k3_status kept_values(sc *c, const jv *s, const char *path, int raw, jbuf *all, lit_t **l,
+                             const jv ***xs, size_t *m) {
     const jv   *v   = jv_get(s, "const") ? jv_get(s, "const") : jv_get(s, "enum");
     const char *key = jv_get(s, "const") ? "const" : "enum";
     size_t      n   = key[0] == 'c' ? 1 : v->n;
     k3_status   st  = K3_OK;
+    *m = 0, *l = NULL, *xs = NULL;
     if (key[0] == 'e' && v->kind != JV_ARRAY)
         return bad(path, "enum", "an array");
-    jbuf    all = {0}; /* the kept values' texts, one after another */
-    size_t *end = k3_malloc((n + 1) * sizeof *end), m = 0;
-    lit_t  *l = k3_malloc((n + 1) * sizeof *l);
-    if (!end || !l)
+    size_t *end = k3_malloc((n + 1) * sizeof *end);
+    *l          = k3_malloc((n + 1) * sizeof **l);
+    *xs         = k3_malloc((n + 1) * sizeof **xs);
+    if (!end || !*l || !*xs)
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         const jv *x  = key[0] == 'c' ? v : &v->items[i];
         int       ok = !raw || x->kind == JV_STRING;
-        if (ok && !(st = value_ok(c, s, key, path, x, &ok)) && ok && !(st = value_text(x, path, raw, &all)))
-            end[m++] = all.n;
+        if (ok && !(st = value_ok(c, s, key, path, x, &ok)) && ok && !(st = value_text(x, path, raw, all)))
+            end[*m] = all->n, (*xs)[(*m)++] = x;
     }
-    for (size_t i = 0; i < m && !st; i++)
-        l[i] = (lit_t){.p = all.p + (i ? end[i - 1] : 0), .n = end[i] - (i ? end[i - 1] : 0)};
+    for (size_t i = 0; i < *m && !st; i++)
+        (*l)[i] = (lit_t){.p = all->p + (i ? end[i - 1] : 0), .n = end[i] - (i ? end[i - 1] : 0)};
+    free(end);
+    return st;
+}
+
+static k3_status emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to) {
+    jbuf       all = {0};
+    lit_t     *l;
+    const jv **xs;
+    size_t     m;
+    k3_status  st = kept_values(c, s, path, raw, &all, &l, &xs, &m);
     if (!st)
         st = emit_trie(c, l, m, from, to);
-    free(all.p);
-    free(end);
-    free(l);
+    free(all.p), free(l), free(xs);
+    return st;
+}
+
+/* ---- uniqueItems -----------------------------------------------------------------------------
+ * uniqueItems: true over items of a few values (an enum or const, through $refs too; booleans;
+ * null): the grammar tracks which were used, a node per set of them (of at most maxItems), from
+ * which each unused value's text leads to the set with it added. Values a validator takes as
+ * equal (1 and 1.0, in either reading) are one. Items of any other kind are refused: their
+ * values are not a set the grammar can count. */
+
+#define G_UQ_MAX 16       /* distinct item values at most: 2^16 sets */
+#define G_UQ_NODES 131072 /* the sets' nodes and their values' texts at most */
+
+static k3_status unique_refused(const char *path, const char *why) {
+    return unsupported(path, "uniqueItems", why);
+}
+
+static k3_status unique_array(sc *c, const jv *s, const char *path, int from, int to) {
+    static const lit_t lits[3] = {{"null", 4}, {"true", 4}, {"false", 5}};
+    const jv          *it      = jv_get(s, "items");
+    char               p2[512];
+    long               mn, mx;
+    k3_status          st;
+    jbuf               all = {0};
+    lit_t             *l   = NULL, fixed[3];
+    const jv         **xs  = NULL;
+    size_t             m   = 0;
+    int               *cls = NULL, *at = NULL, nc = 0, types = 0;
+    if ((st = get_count(s, "minItems", path, 0, &mn)) || (st = get_count(s, "maxItems", path, -1, &mx)))
+        return st;
+    if (jv_get(s, "prefixItems"))
+        return unique_refused(path, "beside prefixItems (only over items of a few values)");
+    sub(p2, sizeof p2, path, "items", NULL);
+    for (int hop = 0; it && it->kind == JV_OBJECT && jv_get(it, "$ref") && hop < 64; hop++) {
+        for (size_t k = 0; k < it->n; k++)
+            if (strcmp(it->keys[k].s, "$ref") && !IN(it->keys[k].s, annotations))
+                return unsupported(p2, "$ref", "with sibling keywords");
+        if ((st = resolve(c, jv_get(it, "$ref"), p2, &it)))
+            return st;
+    }
+    int only_type = it && it->kind == JV_OBJECT;
+    for (size_t k = 0; only_type && k < it->n; k++)
+        only_type = !strcmp(it->keys[k].s, "type") || IN(it->keys[k].s, annotations);
+    if (only_type && (st = types_of(it, p2, &types)))
+        return st;
+    if (it && it->kind == JV_FALSE)
+        m = 0; /* no item: [] alone */
+    else if (it && it->kind == JV_OBJECT && (jv_get(it, "enum") || jv_get(it, "const"))) {
+        if ((st = kept_values(c, it, p2, 0, &all, &l, &xs, &m)))
+            goto done;
+    } else if (only_type && types && !(types & ~(T_NULL | T_BOOL))) {
+        for (int k = 0; k < 3; k++)
+            if (types & (k ? T_BOOL : T_NULL))
+                fixed[m++] = lits[k];
+    } else
+        return unique_refused(path, "over items that are not a few values (an enum or const, booleans, "
+                                    "null): the grammar tracks which were used");
+    if (!(cls = k3_malloc((m + 1) * sizeof *cls))) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m; i++) { /* a value equal to an earlier one shares its class */
+        size_t j = 0;
+        while (xs && j < i && !value_eq(xs[i], xs[j], 0) && !value_eq(xs[i], xs[j], 1))
+            j++;
+        cls[i] = xs && j < i ? cls[j] : nc++;
+    }
+    if (nc > G_UQ_MAX) {
+        st = unique_refused(path, "over more than 16 distinct values (a grammar node per set of them)");
+        goto done;
+    }
+    mx = mx < 0 || mx > nc ? nc : mx;
+    if (mn > mx)
+        goto done; /* no array: nothing (g_finish reports a schema left with nothing) */
+    const lit_t *lv    = l ? l : fixed;
+    long long    nodes = 0;
+    for (uint32_t S = 0; S < 1u << nc; S++) {
+        int k = __builtin_popcount(S);
+        if (k > mx)
+            continue;
+        nodes += 3;
+        for (size_t i = 0; k < mx && i < m; i++)
+            nodes += !(S >> cls[i] & 1) ? (long long)lv[i].n : 0;
+    }
+    if (nodes > G_UQ_NODES) {
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: unsupported keyword \"uniqueItems\" at %s: its %d values' sets need %lld "
+                    "grammar nodes, more than %d (fewer values or a smaller maxItems fit)",
+                    path, nc, nodes, G_UQ_NODES);
+        goto done;
+    }
+    if (!(at = k3_malloc(((size_t)1 << nc) * sizeof *at))) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (uint32_t S = 0; S < 1u << nc; S++)
+        at[S] = -1;
+    if ((at[0] = node(c)) < 0)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    if (st || (st = g_byte(c->g, from, '[', '[', at[0])))
+        goto done;
+    for (uint32_t S = 0; S < 1u << nc && !st; S++) { /* a set's successors are greater: reached first */
+        int k = __builtin_popcount(S);
+        if (at[S] < 0 || k > mx)
+            continue;
+        if (k >= mn && (st = g_byte(c->g, at[S], ']', ']', to)))
+            break;
+        if (k == mx)
+            continue;
+        int start = k ? sep(c, at[S], ',') : at[S];
+        for (size_t i = 0; i < m && !st; i++) {
+            uint32_t T = S | 1u << cls[i];
+            if (T == S)
+                continue;
+            if (start < 0 || (at[T] < 0 && (at[T] = node(c)) < 0))
+                st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            else
+                st = g_lit(c->g, start, lv[i].p, lv[i].n, at[T]);
+        }
+    }
+done:
+    free(all.p), free(l), free(xs), free(cls), free(at);
     return st;
 }
 
