@@ -1217,12 +1217,13 @@ static void int_mod_exact(const k3_gvocab *v) {
     k3_grammar_free(g);
 }
 
-/* Numbers under a fractional multipleOf that is an exact double (0.25, 0.5, 0.375, 2.5), with
- * bounds: every X = x * 10^k from 40 below the range to 40 above it is taken exactly when in range
- * and a multiple, written with the multipleOf's k fraction digits ("0.50", "-2.75"); no other
- * spelling is (trailing zeros trimmed or added, an exponent, a leading zero, "-0.00"). Every text
- * taken is a multiple in both readings: exactly (X a multiple of a) and as ajv divides, in doubles
- * (strtod(x) / m an integer). Fails on the old code, which refused every fraction. */
+/* Numbers under a fractional multipleOf, with bounds: an exact double (0.25, 0.5, 0.375, 2.5), or
+ * not (0.01, 0.1, 0.3, 1e-3: then the multiples validators take too, each listed): every X = x * 10^k
+ * from 40 below the range to 40 above it is taken exactly when in range, a multiple (and, for the
+ * second kind, one whose double over m's double is an integer, as ajv divides), written with the multipleOf's
+ * k fraction digits ("0.50", "-2.75"); no other spelling is (trailing zeros trimmed or added, an exponent, a
+ * leading zero, "-0.00"). Every text taken is a multiple in both readings: exactly (X a multiple of a) and as
+ * ajv divides, in doubles (strtod(x) / m an integer). Fails on the old code, which refused every fraction. */
 static void num_mod_exact(const k3_gvocab *v) {
     static const struct {
         const char *sch;
@@ -1239,8 +1240,13 @@ static void num_mod_exact(const k3_gvocab *v) {
         {"{\"type\":\"number\",\"multipleOf\":2.5,\"minimum\":-1000,\"maximum\":1000}", -10000, 10000, 25, 1,
          2.5},
         {"{\"multipleOf\":1.25e-1,\"maximum\":3}", -99999999999, 3000, 125, 3, 0.125}, /* no type: numbers */
+        /* no exact double: between bounds, the multiples validators take too */
+        {"{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":100}", 0, 10000, 1, 2, 0.01},
+        {"{\"type\":\"number\",\"multipleOf\":0.1,\"minimum\":-5,\"maximum\":5}", -50, 50, 1, 1, 0.1},
+        {"{\"type\":\"number\",\"multipleOf\":0.3,\"exclusiveMinimum\":0,\"maximum\":30}", 1, 300, 3, 1, 0.3},
+        {"{\"type\":\"number\",\"multipleOf\":1e-3,\"minimum\":-2,\"maximum\":2}", -2000, 2000, 1, 3, 0.001},
     };
-    int bad = 0, n_doc = 0, taken = 0, both = 0;
+    int bad = 0, n_doc = 0, taken = 0, both = 0, left = 0;
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
         k3_grammar *g = NULL;
         if (compile(v, cs[i].sch, &g)) {
@@ -1265,6 +1271,9 @@ static void num_mod_exact(const k3_gvocab *v) {
             snprintf(t[4], sizeof t[4], "%s0%lld.%0*lld", sg, ax / p, cs[i].k, ax % p);
             snprintf(t[5], sizeof t[5], "-%lld.%0*lld", ax / p, cs[i].k, ax % p); /* "-0.00" for 0 */
             snprintf(t[6], sizeof t[6], "%lld", ax / p);
+            double qa = strtod(t[0], NULL) / cs[i].m; /* as ajv divides */
+            if (want && !(qa == floor(qa) && fabs(qa) < 1e21))
+                want = 0, left++; /* an exact multiple validators reject: left out */
             for (int f = 0; f < 7; f++) {
                 if ((f == 2 && cs[i].k == 1) || (f == 5 && x != 0) || (f == 6 && ax % p))
                     continue; /* no shorter form; -0 only; an integer only where x is one */
@@ -1286,6 +1295,8 @@ static void num_mod_exact(const k3_gvocab *v) {
             n_doc, bad);
     T_CHECK(taken > 1000 && both == taken,
             "every one of the %d taken is a multiple as ajv divides too (%d are)", taken, both);
+    T_CHECK(left > 100, "under 0.01, 0.1, 0.3 and 1e-3, %d exact multiples validators reject are left out",
+            left);
 }
 
 /* uniqueItems: true over items of a few values: every array of up to 4 elements drawn from the

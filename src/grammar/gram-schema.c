@@ -75,6 +75,7 @@ typedef struct sc {
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
+static double    jv_number(const jv *x);
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
 static k3_status rules_emit(sc *c);
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
@@ -618,9 +619,10 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
  * 0.1's), and which ones follows no digit pattern a grammar could write. The two readings agree
  * on every multiple when m is an exact double (an integer, or a fraction over a power of 2: 0.5,
  * 0.25, 0.125, 2.5) and |x * 10^k| <= 2^53: x and m are exact doubles, so x / m is exact. k3chat
- * writes only those (both readings take every value written); another fraction is refused
- * naming a multiple a validator rejects. The multiples are the integers X = x * 10^k, a multiple
- * of a, written with a point before their last k digits (digits, mod_tail). */
+ * writes only values both readings take: under an exact m its multiples, the integers X = x *
+ * 10^k, a multiple of a, written with a point before their last k digits (digits, mod_tail);
+ * under another fraction, between bounds, each multiple checked (emit_listed), else refused
+ * naming a multiple a validator rejects. */
 
 #define G_MOD_NODES 65536          /* mod_tail's nodes at most (mod_states) */
 #define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
@@ -655,14 +657,14 @@ static long long mod_states(long long a) {
     return n;
 }
 
-/* multipleOf of schema s as *a * 10^-*k (k 0: an integer; *a 0: no multipleOf), refused (naming
- * why) unless both readings agree on its multiples (above). */
-static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k) {
+/* multipleOf of schema s as *a * 10^-*k (k 0: an integer; *a 0: no multipleOf); *odd 1 when it is
+ * no exact double, so that the readings differ on its multiples (above). */
+static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k, int *odd) {
     const jv *v = jv_get(s, "multipleOf");
     double    d;
     k3_status st;
-    char      t[40], ts[2][40];
-    *a = 0, *k = 0;
+    char      t[40];
+    *a = 0, *k = 0, *odd = 0;
     if (!v)
         return K3_OK;
     if ((st = bound_value(v, path, "multipleOf", &d)))
@@ -689,28 +691,239 @@ static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k
                            "more than 16 fraction digits (the numbers written have at most 16)");
     for (int i = 0; i < -e; i++)
         p5 *= 5;
-    if (m % p5) { /* no exact double: name a multiple validators reject */
-        double pw = 1;
-        for (int i = 0; i < -e; i++)
-            pw *= 10;
-        for (long long j = 1; j <= 1000; j++) {
-            double x = (double)(j * m) / pw, q = x / d; /* exact / exact: rounded once, as strtod */
-            if (q == floor(q))
-                continue;
-            snprintf(ts[0], sizeof ts[0], "%.*f", -e, x);
-            short_text(q, ts[1], sizeof ts[1]);
-            return k3_err(K3_ERR_UNSUPPORTED,
-                          "json schema: unsupported keyword \"multipleOf\" at %s: %.*f is no exact double, "
-                          "and validators (ajv, Python's jsonschema) divide in doubles: %s / %.*f is %s, not "
-                          "an integer, so they reject some exact multiples, and which ones follows no digit "
-                          "pattern; an integer or a fraction over a power of 2 (0.5, 0.25, 0.125) is written",
-                          path, -e, d, ts[0], -e, d, ts[1]);
-        }
-        return unsupported(path, "multipleOf",
-                           "a fraction that is no exact double (validators divide in doubles)");
-    }
-    *a = m, *k = -e;
+    *a = m, *k = -e, *odd = m % p5 != 0;
     return K3_OK;
+}
+
+/* The refusal of multipleOf a * 10^-k (d, no exact double) at path, naming a multiple validators
+ * reject and why (why: what would have let it be written). */
+static k3_status odd_refused(const char *path, long long a, int k, double d, const char *why) {
+    char   ts[2][40];
+    double pw = 1;
+    for (int i = 0; i < k; i++)
+        pw *= 10;
+    for (long long j = 1; j <= 1000; j++) {
+        double x = (double)(j * a) / pw, q = x / d; /* exact / exact: rounded once, as strtod */
+        if (q == floor(q))
+            continue;
+        snprintf(ts[0], sizeof ts[0], "%.*f", k, x);
+        short_text(q, ts[1], sizeof ts[1]);
+        return k3_err(
+            K3_ERR_UNSUPPORTED,
+            "json schema: unsupported keyword \"multipleOf\" at %s: %.*f is no exact double, and "
+            "validators (ajv, Python's jsonschema) divide in doubles: %s / %.*f is %s, not an "
+            "integer, so they reject some exact multiples, and which ones follows no digit pattern: "
+            "%s",
+            path, k, d, ts[0], k, d, ts[1], why);
+    }
+    return unsupported(path, "multipleOf", why);
+}
+
+/* ---- multiples of a fraction that is no exact double -------------------------------------------
+ * Between a minimum and a maximum holding at most G_LIST_MAX of them, each multiple of m = a *
+ * 10^-k is checked as validators read it (its text's double over m's double an integer, below
+ * 10^21) and the texts both readings take are written as a minimal acyclic automaton, built by
+ * Daciuk, Mihov, Watson and Watson's incremental construction over the sorted texts: a state is
+ * registered (or replaced by an equal registered one) once no later text passes through it, so
+ * only the path of the last text is ever unregistered. 0.01 between 0 and 1,000 keeps 84% of its
+ * 100,001 multiples. */
+
+#define G_LIST_MAX (1 << 20) /* multiples checked at most */
+#define G_LIST_NODES 131072  /* the automaton's states at most */
+
+typedef struct dm_state {
+    int32_t next[12]; /* by symbol: '0'..'9', '.', '-'; -1 none */
+    int32_t final;
+} dm_state;
+
+typedef struct dm {
+    dm_state *st; /* (n) states, freed ones in freel */
+    int       n, cap;
+    int32_t  *reg; /* (rcap) registered state + 1 by content, 0 empty */
+    int       rcap, nreg;
+    int32_t  *freel; /* (nfree) states replaced by a registered one, for reuse */
+    int       nfree, capfree;
+} dm;
+
+static int dm_sym(char ch) {
+    return ch == '.' ? 10 : ch == '-' ? 11 : ch - '0';
+}
+
+static uint32_t dm_hash(const dm_state *q) {
+    uint32_t h = (uint32_t)q->final * 0x9e3779b9u;
+    for (int i = 0; i < 12; i++)
+        h = (h ^ (uint32_t)q->next[i]) * 0x01000193u;
+    return h;
+}
+
+static uint32_t dm_hash_at(const void *ctx, int i) {
+    const dm *D = ctx;
+    return dm_hash(&D->st[D->freel[D->nfree + i]]); /* the registered ids, listed past the free ones */
+}
+
+/* A new state without transitions; -1 on out of memory. */
+static int dm_new(dm *D) {
+    int id = D->nfree ? D->freel[--D->nfree] : D->n;
+    if (id == D->n) {
+        dm_state *ns = k3_grow(D->st, &D->cap, D->n + 1, sizeof *ns, 256);
+        if (!ns)
+            return -1;
+        D->st = ns, D->n++;
+    }
+    memset(D->st[id].next, 0xff, sizeof D->st[id].next);
+    D->st[id].final = 0;
+    return id;
+}
+
+/* The registered state equal to q (q itself, registered, when none is); -1 on out of memory. */
+static int dm_register(dm *D, int q) {
+    if (2 * (D->nreg + 1) > D->rcap) { /* rebuild: list the registered ids after the free ones */
+        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + D->nreg, sizeof *l, 64);
+        if (!l)
+            return -1;
+        D->freel = l;
+        for (int i = 0, j = 0; i < D->rcap; i++)
+            if (D->reg[i])
+                l[D->nfree + j++] = D->reg[i] - 1;
+        int      cap = D->rcap ? 2 * D->rcap : 1024;
+        int32_t *h   = g_index_build(cap, D->nreg, dm_hash_at, D);
+        if (!h)
+            return -1;
+        free(D->reg);
+        D->reg = h, D->rcap = cap;
+    }
+    uint32_t h = dm_hash(&D->st[q]) & (uint32_t)(D->rcap - 1);
+    for (; D->reg[h]; h = (h + 1) & (uint32_t)(D->rcap - 1))
+        if (!memcmp(&D->st[D->reg[h] - 1], &D->st[q], sizeof *D->st))
+            return D->reg[h] - 1;
+    D->reg[h] = q + 1, D->nreg++;
+    return q;
+}
+
+/* Registers the states of text w's path (path[i]: after i bytes) from depth len up to keep + 1,
+ * deepest first, each replaced in its parent by an equal registered one. 0, or -1 on out of memory. */
+static int dm_fold(dm *D, int32_t *path, const char *w, int len, int keep) {
+    for (int i = len; i > keep; i--) {
+        int q = path[i], r = dm_register(D, q);
+        if (r < 0)
+            return -1;
+        if (r == q)
+            continue;
+        D->st[path[i - 1]].next[dm_sym(w[i - 1])] = r;
+        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + 1, sizeof *l, 64);
+        if (!l)
+            return -1;
+        D->freel = l, l[D->nfree++] = q;
+    }
+    return 0;
+}
+
+static int text_cmp(const void *a, const void *b) {
+    return strcmp(a, b);
+}
+
+/* The multiples X * 10^-k of a * 10^-k (X in [lo, hi], |X| <= 2^53) that validators take too, as
+ * texts with k fraction digits, from -> to. Refused past G_LIST_MAX multiples or G_LIST_NODES
+ * states. */
+static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo, long long hi, long long a,
+                             int k, int from, int to) {
+    typedef char text[20]; /* '-', 16 digits, '.', NUL */
+    double       d = jv_number(jv_get(s, "multipleOf")), pw = 1;
+    long long    x0 = lo >= 0 ? (lo + a - 1) / a : -(-lo / a), x1 = hi >= 0 ? hi / a : -((-hi + a - 1) / a);
+    k3_status    st = K3_OK;
+    for (int i = 0; i < k; i++)
+        pw *= 10;
+    if (x0 > x1)
+        return K3_OK;          /* no multiple: nothing (g_finish reports a schema left with nothing) */
+    if (x1 - x0 >= G_LIST_MAX) /* without a bound: 2^53 units */
+        return odd_refused(path, a, k, d,
+                           "the ones both readings take are written only between a minimum and a maximum "
+                           "holding at most 1,048,576 multiples, each checked; an integer or a fraction over "
+                           "a power of 2 (0.5, 0.25, 0.125) is written without them");
+    text   *t = k3_malloc((size_t)(x1 - x0 + 1) * sizeof *t);
+    size_t  n = 0;
+    dm      D = {0};
+    int32_t path_st[24], *gid = NULL, *stack = NULL;
+    if (!t)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (long long j = x0; j <= x1; j++) { /* X = j * a; its double is X / 10^k rounded once */
+        long long X = j * a, ax = X < 0 ? -X : X;
+        double    q = ((double)X / pw) / d;
+        char      dg[24], *o = t[n];
+        int       nd = 0;
+        if (q != floor(q) || fabs(q) >= 1e21)
+            continue;
+        for (long long u = ax; u || nd < k + 1; u /= 10) /* its digits, at least k + 1 ("0.07") */
+            dg[nd++] = (char)('0' + u % 10);
+        if (X < 0)
+            *o++ = '-';
+        while (nd--)
+            *o++ = dg[nd], nd == k ? (void)(*o++ = '.') : (void)0;
+        *o = 0, n++;
+    }
+    qsort(t, n, sizeof *t, text_cmp);
+    const char *prev = "";
+    int         plen = 0;
+    if ((path_st[0] = dm_new(&D)) < 0)
+        goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        int len = (int)strlen(t[i]), cp = 0;
+        while (cp < plen && cp < len && prev[cp] == t[i][cp])
+            cp++;
+        if (dm_fold(&D, path_st, prev, plen, cp))
+            goto nomem;
+        for (int j = cp; j < len; j++) {
+            int q = dm_new(&D);
+            if (q < 0)
+                goto nomem;
+            D.st[path_st[j]].next[dm_sym(t[i][j])] = q, path_st[j + 1] = q;
+        }
+        D.st[path_st[len]].final = 1;
+        prev = t[i], plen = len;
+        if (D.nreg > G_LIST_NODES) {
+            st = k3_err(K3_ERR_UNSUPPORTED,
+                        "json schema: unsupported keyword \"multipleOf\" at %s: the multiples validators "
+                        "take need more than %d grammar nodes (narrower bounds fit)",
+                        path, G_LIST_NODES);
+            goto done;
+        }
+    }
+    if (dm_fold(&D, path_st, prev, plen, 0))
+        goto nomem;
+    /* write the reachable states: the root is from; a final state moves to `to` */
+    int top = 0;
+    if (!(gid = k3_malloc((size_t)D.n * sizeof *gid)) || !(stack = k3_malloc((size_t)D.n * sizeof *stack)))
+        goto nomem;
+    for (int i = 0; i < D.n; i++)
+        gid[i] = -1;
+    gid[path_st[0]] = from, stack[top++] = path_st[0];
+    while (top && !st) {
+        const dm_state *q = &D.st[stack[--top]];
+        int             g = gid[q - D.st];
+        if (q->final && (st = g_eps(c->g, g, to)))
+            break;
+        for (int y = 0; y < 12 && !st; y++) {
+            int r = q->next[y], y1 = y;
+            if (r < 0)
+                continue;
+            while (y < 10 && y1 < 9 && q->next[y1 + 1] == r) /* digits to one state: one range */
+                y1++;
+            if (gid[r] < 0) {
+                if ((gid[r] = node(c)) < 0)
+                    goto nomem;
+                stack[top++] = r;
+            }
+            int lo_ch = y < 10 ? '0' + y : y == 10 ? '.' : '-', hi_ch = y1 < 10 ? '0' + y1 : lo_ch;
+            st = g_byte(c->g, g, lo_ch, hi_ch, gid[r]);
+            y  = y1;
+        }
+    }
+    goto done;
+nomem:
+    st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+done:
+    free(t), free(D.st), free(D.reg), free(D.freel), free(gid), free(stack);
+    return st;
 }
 
 /* An integer (num 0), or a number under multipleOf (num 1: the multiples, written with the
@@ -719,10 +932,13 @@ static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k
  * exact in doubles, as validators divide): the digits carry their remainder (digits, mod_tail). */
 static k3_status emit_integer(sc *c, const jv *s, const char *path, int num, int from, int to) {
     long long lo = -G_INT_MAX, hi = G_INT_MAX, a;
-    int       k;
+    int       k, odd;
     k3_status st;
-    if ((st = multiple_of(s, path, &a, &k)))
+    if ((st = multiple_of(s, path, &a, &k, &odd)))
         return st;
+    if (odd && !num)
+        return odd_refused(path, a, k, jv_number(jv_get(s, "multipleOf")),
+                           "an integer or a fraction over a power of 2 (0.5, 0.25, 0.125) is written");
     if (!num && k) { /* the integers among the multiples of a * 10^-k */
         long long pw = 1;
         for (int i = 0; i < k; i++)
@@ -755,6 +971,8 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int num, int
                              : "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
                                "doubles is not exact, so only multiples within it are written");
     lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
+    if (odd)
+        return emit_listed(c, s, path, lo, hi, a, k, from, to);
     long long n = mod_states(a);
     if (n > G_MOD_NODES)
         return k3_err(
