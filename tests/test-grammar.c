@@ -399,7 +399,11 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "[\"s\",\"t\"],\"additionalProperties\":false}",
         "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}",
         /* pieces of digits are short: counts a few digits from both bounds share */
-        "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"minLength\":40,\"maxLength\":120}"};
+        "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"minLength\":40,\"maxLength\":120}",
+        /* far from maxLength, yet a 16-character literal fits after 34 characters, not 35: counts
+         * whose liveness differs share no cache (they did: the mask took pieces that strand it) */
+        "{\"type\":\"string\",\"pattern\":\"abcdefghijklmnop\",\"maxLength\":50}",
+        "{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"defi@example\\\\.co\",\"maxLength\":50}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
         if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)

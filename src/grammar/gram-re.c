@@ -21,6 +21,7 @@
 #include "gram-impl.h"
 #include "json.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -711,11 +712,12 @@ typedef struct lc_prod {
     k3_grammar *g;
     int64_t     n1; /* the second factor's nodes (1 for one pattern: its node 0 reads any byte) */
     struct lc_ent {
-        int64_t key; /* (((node * n1 + node1) * LC_N + state) * (top + 1) + count) of a product node */
-        int32_t id;  /* its node in g */
-    } * e;           /* (n), in the order made: the breadth-first queue */
-    int32_t *hash;   /* (hcap) entry + 1 by key (g_index_build), 0 empty */
-    int32_t *rep;    /* (node pairs * LC_N * 2) node + 1 of each zone's first (g_share), or NULL */
+        int64_t key;  /* (((node * n1 + node1) * LC_N + state) * (top + 1) + count) of a product node */
+        int32_t id;   /* its node in g */
+    } * e;            /* (n), in the order made: the breadth-first queue */
+    int32_t *hash;    /* (hcap) entry + 1 by key (g_index_build), 0 empty */
+    int32_t *rep;     /* (n_pairs * LC_N * 2) node + 1 of each zone's first (lc_share), or NULL */
+    int64_t  n_pairs; /* node pairs: the first factor's nodes times n1 */
     int      n, cap, hcap, top, over;
     long     mn, mx, far;
 } lc_prod;
@@ -760,20 +762,75 @@ static int lc_get(lc_prod *P, int64_t node, int d, long c) {
     while (P->hash[k])
         k = (k + 1) & (uint32_t)(P->hcap - 1);
     P->hash[k] = i + 1;
-    /* A count more than far characters from both bounds cannot meet them within one piece of
-     * the vocabulary: its node takes the mask cache of the first node of the same (node,
-     * state) in the same zone (1: below minLength, 2: at or above it, maxLength far). */
-    int zone = c + P->far < P->mn && (P->mx < 0 || c + P->far < P->mx) ? 1
-               : c >= P->mn && P->mx >= 0 && c + P->far < P->mx        ? 2
-                                                                       : 0;
-    if (zone && P->rep) {
-        int32_t *r = &P->rep[((size_t)node * LC_N + (size_t)d) * 2 + (size_t)zone - 1];
-        if (!*r)
-            *r = gid + 1;
-        else if (g_share(P->g, gid, *r - 1))
-            return -1;
-    }
     return i;
+}
+
+/* After the product is written, the counts far from the bounds share mask caches: a node takes
+ * the cache of the first node of its (node pair, reading state) group in its zone (g_share). A
+ * cache pass from that node stands for the others, its DFA reading each shared group as one
+ * state, so the counts a pass walks are not the real ones: what a piece reaches from any count
+ * of a zone must behave alike, the same edges (no bound within far characters: a piece adds at
+ * most far - 1) and the same liveness, which the count changes even far from the bounds: an
+ * unanchored 16-character literal within maxLength 50 still fits after 34 characters of free
+ * text, not after 35 (sharing by distance alone let the masks take pieces that strand the string
+ * there). Zone 2 (at or above minLength, where a group is live up to some count and dead above it)
+ * ends far characters before the first count where a group that is live below it is dead; zone
+ * 1 (below minLength, where liveness may depend on the count in any way) shares only when every
+ * group is all live or all dead over the counts its passes can reach. 0, or -1 on out of memory. */
+static int lc_share(lc_prod *P, int to) {
+    size_t   n_grp = (size_t)P->n_pairs * LC_N;
+    uint8_t *live = k3_calloc((size_t)P->n, 1), *seen = k3_calloc(n_grp, 1); /* seen: 1 live, 2 dead */
+    int32_t *dead = k3_malloc(n_grp * sizeof *dead); /* a group's least dead count from minLength up */
+    int      base = P->n ? P->e[0].id : 0, rc = -1, uniform1 = 1;
+    long     cut = P->mx, w1 = (P->mx >= 0 && P->mx < P->mn ? P->mx : P->mn) - 1; /* zone 1's counts */
+    if (!live || !seen || !dead)
+        goto done;
+    for (int changed = 1; changed;) { /* live: it ends the string, or an edge leads to a live node */
+        changed = 0;
+        for (int i = P->n - 1; i >= 0; i--) {
+            const g_node *gn = &P->g->node[P->e[i].id];
+            K3_ASSERT(P->e[i].id == base + i); /* the product's nodes were made in a row */
+            for (int k = 0; k < gn->n && !live[i]; k++) {
+                int j = gn->e[k].to - base;
+                if (gn->e[k].to == to || (j >= 0 && j < P->n && live[j]))
+                    live[i] = 1, changed = 1;
+            }
+        }
+    }
+    for (size_t g = 0; g < n_grp; g++)
+        dead[g] = INT32_MAX;
+    for (int i = 0; i < P->n; i++) {
+        long   c   = (long)(P->e[i].key % (P->top + 1));
+        size_t grp = (size_t)(P->e[i].key / (P->top + 1));
+        if (c <= w1 && (seen[grp] |= live[i] ? 1 : 2) == 3)
+            uniform1 = 0;
+        if (c >= P->mn && !live[i] && c < dead[grp])
+            dead[grp] = (int32_t)c;
+    }
+    for (int i = 0; i < P->n; i++) { /* groups live at some count from minLength up */
+        long   c   = (long)(P->e[i].key % (P->top + 1));
+        size_t grp = (size_t)(P->e[i].key / (P->top + 1));
+        if (c >= P->mn && live[i] && dead[grp] < cut)
+            cut = dead[grp];
+    }
+    for (int i = 0; i < P->n; i++) {
+        long   c    = (long)(P->e[i].key % (P->top + 1));
+        size_t grp  = (size_t)(P->e[i].key / (P->top + 1));
+        int    zone = uniform1 && c + P->far < P->mn && (P->mx < 0 || c + P->far < P->mx) ? 1
+                      : c >= P->mn && P->mx >= 0 && c + P->far < cut                      ? 2
+                                                                                          : 0;
+        if (!zone)
+            continue;
+        int32_t *r = &P->rep[grp * 2 + (size_t)zone - 1];
+        if (!*r)
+            *r = P->e[i].id + 1;
+        else if (g_share(P->g, P->e[i].id, *r - 1))
+            goto done;
+    }
+    rc = 0;
+done:
+    free(live), free(seen), free(dead);
+    return rc;
 }
 
 /* The most characters one piece of the vocabulary can add inside pattern automaton s: the lead
@@ -825,7 +882,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
     P.far = far + 1;
     if (n_re == 2)
         P.n1 = s[1]->n_node;
-    size_t n_rep = (size_t)(s[0]->n_node * P.n1) * LC_N * 2; /* the shares: only where they fit */
+    P.n_pairs    = s[0]->n_node * P.n1;
+    size_t n_rep = (size_t)P.n_pairs * LC_N * 2; /* the shares: only where they fit */
     if (n_rep <= ((size_t)1 << 22) && !(P.rep = k3_calloc(n_rep, sizeof *P.rep)))
         goto fail;
     if (lc_get(&P, a[0] * P.n1 + a[1], LC_CHAR, 0) < 0 || (st = g_eps(g, from, P.e[0].id)))
@@ -867,6 +925,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
                 }
             }
     }
+    if (P.rep && lc_share(&P, to))
+        goto fail;
     if (!ends && n_re == 2) /* a schema with no document is the caller's to report; this one may have some */
         st = k3_err(
             K3_ERR_UNSUPPORTED,
