@@ -10,10 +10,10 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
-#   - tests/fixtures/grammar-walk.jsonl (101 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
-#     with other keywords, number bounds (fractional ones too), a tagged oneOf, tricky strings)
+#   - tests/fixtures/grammar-walk.jsonl (117 schemas: patterns with Unicode classes, patterns and formats within lengths and beside each other, enum/const
+#     with other keywords, number bounds (fractional ones too), multipleOf (fractions over a power of 2, 0.01 and 0.1 between bounds, past 1000), uniqueItems over enums and booleans, a tagged oneOf, tricky strings)
 #     x 40 walks, each token drawn uniformly from the mask (test-grammar --walk): every finished document validates;
-#   - tests/fixtures/grammar-walk-tools.jsonl (15 string schemas: patterns, formats and lengths) x 40
+#   - tests/fixtures/grammar-walk-tools.jsonl (17 string schemas: patterns, formats, both at once, and lengths) x 40
 #     walks of a tool call whose one argument has that schema (test-grammar --walk-tools): every raw
 #     value validates;
 #   - tests/fixtures/grammar-keep.tsv (670 values beside a format or a multipleOf: edges and random edits) as

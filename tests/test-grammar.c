@@ -399,7 +399,11 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "[\"s\",\"t\"],\"additionalProperties\":false}",
         "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}",
         /* pieces of digits are short: counts a few digits from both bounds share */
-        "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"minLength\":40,\"maxLength\":120}"};
+        "{\"type\":\"string\",\"pattern\":\"^[0-9]+$\",\"minLength\":40,\"maxLength\":120}",
+        /* far from maxLength, yet a 16-character literal fits after 34 characters, not 35: counts
+         * whose liveness differs share no cache (they did: the mask took pieces that strand it) */
+        "{\"type\":\"string\",\"pattern\":\"abcdefghijklmnop\",\"maxLength\":50}",
+        "{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"defi@example\\\\.co\",\"maxLength\":50}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
         if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)
@@ -1035,6 +1039,24 @@ static const struct {
     {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
     {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
+    /* format beside pattern: both hold (the product of their automata; it was refused) */
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-12-31\"", 1},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2023-02-28\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-13-01\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", "\"2024-x\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a.b@example.com\"",
+     1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a@example.org\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"a@@example.com\"", 0},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"@example\\\\.com$\"}", "\"@example.com\"", 0},
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9A-F-]+$\"}",
+     "\"01234567-0000-4000-8000-000000000009\"", 1}, /* the format writes a-f, the pattern A-F: digits */
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9A-F-]+$\"}",
+     "\"0a234567-0000-4000-8000-000000000009\"", 0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"10.0.0.1\"", 1},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"10.0.0.100\"",
+     0},
+    {"{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.\",\"maxLength\":9}", "\"11.0.0.1\"", 0},
 /* multipleOf beside an enum: both readings (ajv divides doubles; Python's json, integers exact) */
 #define MOD3 "{\"enum\":[9007199254740993,9007199254740995,9007199254740996],\"multipleOf\":3}"
     {MOD3, "9007199254740993", 0}, /* a multiple, but JSON.parse reads 9007199254740992 */
@@ -1113,6 +1135,17 @@ static void int_mod_exact(const k3_gvocab *v) {
         {"{\"type\":\"integer\",\"multipleOf\":3,\"maximum\":-9007199254740900}", -9007199254740992,
          -9007199254740900, 3},
         {"{\"type\":\"integer\",\"minimum\":-60,\"maximum\":60}", -60, 60, 1},
+        /* past the old 1000: a power of 2, of 10 (given as 1e6), a product, 3999 (3 x 31 x 43) */
+        {"{\"type\":\"integer\",\"multipleOf\":1024,\"minimum\":-5000,\"maximum\":70000}", -5000, 70000,
+         1024},
+        {"{\"type\":\"integer\",\"multipleOf\":1e6,\"minimum\":-3000000,\"maximum\":12000000}", -3000000,
+         12000000, 1000000},
+        {"{\"type\":\"integer\",\"multipleOf\":86400,\"minimum\":0,\"maximum\":900000}", 0, 900000, 86400},
+        {"{\"type\":\"integer\",\"multipleOf\":3999,\"minimum\":-20000,\"maximum\":40000}", -20000, 40000,
+         3999},
+        /* the integers among the multiples of a fraction: of 0.5 all, of 2.5 those of 5 */
+        {"{\"type\":\"integer\",\"multipleOf\":0.5,\"minimum\":-9,\"maximum\":9}", -9, 9, 1},
+        {"{\"type\":\"integer\",\"multipleOf\":2.5,\"minimum\":-30,\"maximum\":30}", -30, 30, 5},
     };
     int bad = 0, n_doc = 0;
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
@@ -1151,8 +1184,34 @@ static void int_mod_exact(const k3_gvocab *v) {
             n_doc, bad);
     k3_grammar *g  = NULL;
     k3_status   st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.1}", &g);
-    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: a fraction"),
-            "a fractional multipleOf is refused naming it: %.120s", st ? k3_errmsg() : "it compiled");
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: 0.1 is no exact double") &&
+                strstr(k3_errmsg(), "0.3 / 0.1 is 2.9999999999999996"),
+            "a fraction that is no exact double is refused naming a multiple validators reject: %.200s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL;
+    st = compile(v, "{\"properties\":{\"p\":{\"type\":\"number\",\"multipleOf\":0.01}}}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #/properties/p: 0.01 is") &&
+                strstr(k3_errmsg(), "0.07 / 0.01 is 7.000000000000001"),
+            "multipleOf 0.01 is refused with the multiple ajv rejects: %.200s",
+            st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL; /* a prime past the node bound: refused with the count */
+    st = compile(v, "{\"type\":\"integer\",\"multipleOf\":99991}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: its multiples need") &&
+                strstr(k3_errmsg(), "more than 65536"),
+            "multipleOf 99991 is refused naming the node count: %.200s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL; /* 2^-20: an exact double, but of 20 fraction digits */
+    st = compile(v, "{\"type\":\"number\",\"multipleOf\":9.5367431640625e-7}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "more than 16 fraction digits"),
+            "multipleOf 2^-20 is refused naming its digits: %.200s", st ? k3_errmsg() : "it compiled");
+    k3_grammar_free(g);
+    g  = NULL;
+    st = compile(v, "{\"type\":\"number\",\"multipleOf\":0.5,\"minimum\":4503599627370497}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"multipleOf\" at #: bounds beyond 2^53 units"),
+            "a fractional multipleOf with bounds past 2^53 units is refused naming it: %.200s",
+            st ? k3_errmsg() : "it compiled");
     k3_grammar_free(g);
     g  = NULL; /* multiples exist, but none within 2^53: refused, not "no document satisfies it" */
     st = compile(v, "{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":9007199254740993}", &g);
@@ -1160,6 +1219,183 @@ static void int_mod_exact(const k3_gvocab *v) {
             "multipleOf with bounds past 2^53 is refused naming it: %.120s",
             st ? k3_errmsg() : "it compiled");
     k3_grammar_free(g);
+}
+
+/* Numbers under a fractional multipleOf, with bounds: an exact double (0.25, 0.5, 0.375, 2.5), or
+ * not (0.01, 0.1, 0.3, 1e-3: then the multiples validators take too, each listed): every X = x * 10^k
+ * from 40 below the range to 40 above it is taken exactly when in range, a multiple (and, for the
+ * second kind, one whose double over m's double is an integer, as ajv divides), written with the multipleOf's
+ * k fraction digits ("0.50", "-2.75"); no other spelling is (trailing zeros trimmed or added, an exponent, a
+ * leading zero, "-0.00"). Every text taken is a multiple in both readings: exactly (X a multiple of a) and as
+ * ajv divides, in doubles (strtod(x) / m an integer). Fails on the old code, which refused every fraction. */
+static void num_mod_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        long long   lo, hi, a; /* the X taken: [lo, hi], multiples of a */
+        int         k;         /* fraction digits */
+        double      m;
+    } cs[] = {
+        {"{\"type\":\"number\",\"multipleOf\":0.25,\"minimum\":-3,\"maximum\":10.1}", -300, 1010, 25, 2,
+         0.25},
+        {"{\"type\":\"number\",\"multipleOf\":0.5,\"exclusiveMinimum\":-0.5,\"exclusiveMaximum\":99.5}", -4,
+         994, 5, 1, 0.5},
+        {"{\"type\":\"number\",\"multipleOf\":0.375,\"minimum\":0.1,\"maximum\":5}", 100, 5000, 375, 3,
+         0.375},
+        {"{\"type\":\"number\",\"multipleOf\":2.5,\"minimum\":-1000,\"maximum\":1000}", -10000, 10000, 25, 1,
+         2.5},
+        {"{\"multipleOf\":1.25e-1,\"maximum\":3}", -99999999999, 3000, 125, 3, 0.125}, /* no type: numbers */
+        /* no exact double: between bounds, the multiples validators take too */
+        {"{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":100}", 0, 10000, 1, 2, 0.01},
+        {"{\"type\":\"number\",\"multipleOf\":0.1,\"minimum\":-5,\"maximum\":5}", -50, 50, 1, 1, 0.1},
+        {"{\"type\":\"number\",\"multipleOf\":0.3,\"exclusiveMinimum\":0,\"maximum\":30}", 1, 300, 3, 1, 0.3},
+        {"{\"type\":\"number\",\"multipleOf\":1e-3,\"minimum\":-2,\"maximum\":2}", -2000, 2000, 1, 3, 0.001},
+    };
+    int bad = 0, n_doc = 0, taken = 0, both = 0, left = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        long long p = 1, from = cs[i].lo - 40, to = cs[i].hi + 40;
+        for (int j = 0; j < cs[i].k; j++)
+            p *= 10;
+        if (from < -20000)
+            from = -20000; /* below the range only: enough of it */
+        for (long long x = from; x <= to; x++) {
+            char        t[7][48];
+            long long   ax = x < 0 ? -x : x;
+            int         complete, want = x >= cs[i].lo && x <= cs[i].hi && x % cs[i].a == 0;
+            const char *sg = x < 0 ? "-" : "";
+            snprintf(t[0], sizeof t[0], "%s%lld.%0*lld", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[1], sizeof t[1], "%s%lld.%0*lld0", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[2], sizeof t[2], "%s%lld.%0*lld", sg, ax / p, cs[i].k - 1, ax % p / 10);
+            snprintf(t[3], sizeof t[3], "%s%lld%0*llde-%d", sg, ax / p, cs[i].k, ax % p, cs[i].k);
+            snprintf(t[4], sizeof t[4], "%s0%lld.%0*lld", sg, ax / p, cs[i].k, ax % p);
+            snprintf(t[5], sizeof t[5], "-%lld.%0*lld", ax / p, cs[i].k, ax % p); /* "-0.00" for 0 */
+            snprintf(t[6], sizeof t[6], "%lld", ax / p);
+            double qa = strtod(t[0], NULL) / cs[i].m; /* as ajv divides */
+            if (want && !(qa == floor(qa) && fabs(qa) < 1e21))
+                want = 0, left++; /* an exact multiple validators reject: left out */
+            for (int f = 0; f < 7; f++) {
+                if ((f == 2 && cs[i].k == 1) || (f == 5 && x != 0) || (f == 6 && ax % p))
+                    continue; /* no shorter form; -0 only; an integer only where x is one */
+                int got = feed_bytes(g, t[f], strlen(t[f]), &complete) == -1 && complete;
+                n_doc++;
+                if (got != (f == 0 && want) && bad++ < 5)
+                    printf("# %s: %s %s\n", cs[i].sch, t[f], got ? "taken" : "refused");
+                if (got) { /* ajv's reading too: the double quotient is an integer */
+                    double q = strtod(t[f], NULL) / cs[i].m;
+                    taken++, both += q == floor(q) && fabs(q) < 1e21;
+                }
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad && n_doc > 40000,
+            "numbers under a fractional multipleOf and bounds: %d texts taken exactly when in range, a "
+            "multiple and written with its fraction digits (%d wrong)",
+            n_doc, bad);
+    T_CHECK(taken > 1000 && both == taken,
+            "every one of the %d taken is a multiple as ajv divides too (%d are)", taken, both);
+    T_CHECK(left > 100, "under 0.01, 0.1, 0.3 and 1e-3, %d exact multiples validators reject are left out",
+            left);
+}
+
+/* uniqueItems: true over items of a few values: every array of up to 4 elements drawn from the
+ * listed texts (some outside the items' values), separated by "," or ", ", is taken exactly when
+ * its elements are items' values, pairwise distinct as a validator compares them (1 and 1.0 are
+ * one value), and their count is within minItems and maxItems. Fails on the old code, which refused
+ * uniqueItems: true; plus the refusals of items that are not a few values, naming the path. */
+static void unique_exact(const k3_gvocab *v) {
+    static const struct {
+        const char *sch;
+        const char *el[4]; /* candidate element texts */
+        int         cl[4]; /* their value classes (-1: not an items value) */
+        int         mn, mx;
+    } cs[] = {
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"uniqueItems\":true,\"minItems\":1,"
+         "\"maxItems\":2}",
+         {"\"a\"", "\"b\"", "\"c\"", "\"d\""},
+         {0, 1, 2, -1},
+         1,
+         2},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}",
+         {"true", "false", "null", "0"},
+         {0, 1, -1, -1},
+         0,
+         9},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,1.0,2,[1]]},\"uniqueItems\":true}",
+         {"1", "1.0", "2", "[1]"},
+         {0, 0, 1, 2},
+         0,
+         9},
+        {"{\"$defs\":{\"e\":{\"enum\":[\"x\",\"y\",null]}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+         "e\"},"
+         "\"uniqueItems\":true,\"minItems\":2}",
+         {"\"x\"", "\"y\"", "null", "\"z\""},
+         {0, 1, 2, -1},
+         2,
+         9},
+    };
+    int bad = 0, n_doc = 0, n_taken = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        k3_grammar *g = NULL;
+        if (compile(v, cs[i].sch, &g)) {
+            printf("# %s: %s\n", cs[i].sch, k3_errmsg());
+            bad++;
+            continue;
+        }
+        for (int len = 0; len <= 4; len++) {
+            int pick[4] = {0}, total = 1;
+            for (int k = 0; k < len; k++)
+                total *= 4;
+            for (int code = 0; code < total; code++) {
+                char doc[128];
+                int  at = 0, want = len >= cs[i].mn && len <= cs[i].mx, used = 0, complete;
+                for (int k = 0, x = code; k < len; k++, x /= 4)
+                    pick[k] = x % 4;
+                doc[at++] = '[';
+                for (int k = 0; k < len; k++) {
+                    int c = cs[i].cl[pick[k]];
+                    want &= c >= 0 && !(used >> c & 1);
+                    used |= c >= 0 ? 1 << c : 0;
+                    at += snprintf(doc + at, sizeof doc - (size_t)at, "%s%s",
+                                   k ? (code & 1 ? ", " : ",") : "", cs[i].el[pick[k]]);
+                }
+                doc[at++] = ']';
+                int got   = feed_bytes(g, doc, (size_t)at, &complete) == -1 && complete;
+                n_doc++, n_taken += got;
+                if (got != want && bad++ < 5)
+                    printf("# %.*s under %s: %s\n", at, doc, cs[i].sch, got ? "taken" : "refused");
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(!bad && n_taken > 30,
+            "uniqueItems: %d arrays taken exactly when distinct items' values within the "
+            "counts (%d taken, %d wrong)",
+            n_doc, n_taken, bad);
+    static const char *const refused[][2] = {
+        {"{\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}}}",
+         "\"uniqueItems\" at #/properties/t: over items that are not a few values"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"items\":{\"enum\":[1,2]},\"uniqueItems\":"
+         "true}",
+         "\"uniqueItems\" at #: beside prefixItems"},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},"
+         "\"uniqueItems\":"
+         "true}",
+         "\"uniqueItems\" at #: over more than 16 distinct values"},
+        {"{\"type\":\"array\",\"uniqueItems\":1}", "\"uniqueItems\" at #: expected a boolean"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v, refused[i][0], &g);
+        T_CHECK(st && strstr(k3_errmsg(), refused[i][1]), "uniqueItems refused: %s -> %.160s", refused[i][0],
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+    }
 }
 
 /* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
@@ -1551,8 +1787,18 @@ int main(int argc, char **argv) {
             "number bounds [0.75, 0.75) admit nothing: %s", st ? k3_errmsg() : "it compiled");
     if (!st)
         k3_grammar_free(g);
+    st = compile(v, "{\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^x\"}}}",
+                 &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                strstr(k3_errmsg(), "\"format\" at #/properties/d: no string of the part of the format"),
+            "a format no string of which matches the pattern beside it is refused naming both: %s",
+            st ? k3_errmsg() : "it compiled");
+    if (!st)
+        k3_grammar_free(g);
     num_bounds_exact(v);
     int_mod_exact(v);
+    num_mod_exact(v);
+    unique_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());

@@ -167,12 +167,13 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
  * unanchored unless ^/$) from node from to node to. On an unsupported construct:
  * K3_ERR_UNSUPPORTED naming it and path. */
 k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int raw, int from, int to);
-/* The same within minLength mn and maxLength mx (-1: none), in code points: the pattern's
- * automaton times a counter (gram-re.c), the reachable part of it, at most G_LEN_MAX_NODES
- * nodes; past that K3_ERR_UNSUPPORTED naming the bound and path. mn and mx at most 4096. */
+/* The strings that all n_re (1 or 2: a pattern and a format's) patterns re[k] (n[k] bytes) match,
+ * within minLength mn and maxLength mx (-1: none), in code points: the patterns' automata times
+ * each other and a counter (gram-re.c), the reachable part, at most G_LEN_MAX_NODES nodes; past
+ * that K3_ERR_UNSUPPORTED naming the bound (or format) and path. mn and mx at most 4096. */
 #define G_LEN_MAX_NODES (1 << 17)
-k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *path, int raw, long mn, long mx,
-                        int from, int to);
+k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
+                        int raw, long mn, long mx, int from, int to);
 /* Up to G_FILL_MAX JSON string characters (raw 1: raw characters) from -> to: what the grammar
  * writes where the schema leaves free text around a match (an unanchored pattern), bounded so
  * generation ends; any number of them in a grammar with free_fill set (one that only checks a

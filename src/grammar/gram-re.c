@@ -21,6 +21,7 @@
 #include "gram-impl.h"
 #include "json.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -663,16 +664,22 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     return anch_e ? g_eps(g, b, to) : g_fill(g, raw, b, to);
 }
 
-/* ---- a pattern within length bounds ---------------------------------------------------------
+/* ---- patterns within length bounds, and two patterns at once ------------------------------
  * minLength / maxLength beside a pattern (or format): the strings both allow are the product of
  * the pattern's automaton, built in a scratch grammar, with a counter of code points: 0..mx, or
- * 0..mn saturating (mx < 0: no maxLength). Only the reachable triples (node, reading state,
- * count) are written. A byte begins a character unless it is a UTF-8 continuation byte or, in
- * the escaped form, part of an escape after its backslash (the letter, \u's four hex digits):
- * the reading state (LC_*) tells which. The text around an unanchored pattern is a loop there
- * (free_fill): the counter bounds it, and a minLength past G_FILL_MAX characters stays
- * reachable. The product has at most G_LEN_MAX_NODES nodes (about the pattern's nodes times the
- * length bound); past that the schema is refused naming the path and the bound. */
+ * 0..mn saturating (mx < 0: no maxLength). A pattern beside a format (both must hold) is the same
+ * product with the second automaton as one more factor: a byte is read where both automata read
+ * it (their ranges intersected), a move without reading is either one's. Both automata write a
+ * character one way (emit_set: " as \", a control as \n or \u00XX, UTF-8 as itself; only the free
+ * text around an unanchored pattern takes every escape), so their intersection over bytes is
+ * their intersection over strings, less some spellings of the free text. Only the reachable
+ * tuples (nodes, reading state, count) are written. A byte begins a character unless it is a
+ * UTF-8 continuation byte or, in the escaped form, part of an escape after its backslash (the
+ * letter, \u's four hex digits): the reading state (LC_*) tells which. With a length bound the
+ * text around an unanchored pattern is a loop there (free_fill): the counter bounds it, and a
+ * minLength past G_FILL_MAX characters stays reachable; without one, G_FILL_MAX characters. The
+ * product has at most G_LEN_MAX_NODES nodes; past that the schema is refused naming the path and
+ * the keyword (the length bound, or format beside the pattern). */
 
 enum { LC_CHAR, LC_ESC, LC_HEX4, LC_HEX3, LC_HEX2, LC_HEX1, LC_N };
 
@@ -703,12 +710,14 @@ static int lc_cut(int raw, int d, int b) {
 
 typedef struct lc_prod {
     k3_grammar *g;
+    int64_t     n1; /* the second factor's nodes (1 for one pattern: its node 0 reads any byte) */
     struct lc_ent {
-        int64_t key; /* ((node * LC_N + state) * (top + 1) + count) of a product node */
-        int32_t id;  /* its node in g */
-    } * e;           /* (n), in the order made: the breadth-first queue */
-    int32_t *hash;   /* (hcap) entry + 1 by key (g_index_build), 0 empty */
-    int32_t *rep;    /* (scratch nodes * LC_N * 2) node + 1 of each zone's first (g_share) */
+        int64_t key;  /* (((node * n1 + node1) * LC_N + state) * (top + 1) + count) of a product node */
+        int32_t id;   /* its node in g */
+    } * e;            /* (n), in the order made: the breadth-first queue */
+    int32_t *hash;    /* (hcap) entry + 1 by key (g_index_build), 0 empty */
+    int32_t *rep;     /* (n_pairs * LC_N * 2) node + 1 of each zone's first (lc_share), or NULL */
+    int64_t  n_pairs; /* node pairs: the first factor's nodes times n1 */
     int      n, cap, hcap, top, over;
     long     mn, mx, far;
 } lc_prod;
@@ -720,10 +729,10 @@ static uint32_t lc_hash_at(const void *ctx, int i) {
     return lc_hash(((const lc_prod *)ctx)->e[i].key);
 }
 
-/* The product node of (node, state d, count c): its index in P (created if new), -1 on out of
- * memory or past G_LEN_MAX_NODES (P->over). */
-static int lc_get(lc_prod *P, int node, int d, long c) {
-    int64_t key = ((int64_t)node * LC_N + d) * (P->top + 1) + c;
+/* The product node of (node pair, state d, count c), the pair node * P->n1 + the second's node:
+ * its index in P (created if new), -1 on out of memory or past G_LEN_MAX_NODES (P->over). */
+static int lc_get(lc_prod *P, int64_t node, int d, long c) {
+    int64_t key = (node * LC_N + d) * (P->top + 1) + c;
     if (P->hash) {
         uint32_t k = lc_hash(key) & (uint32_t)(P->hcap - 1);
         for (; P->hash[k]; k = (k + 1) & (uint32_t)(P->hcap - 1))
@@ -753,20 +762,75 @@ static int lc_get(lc_prod *P, int node, int d, long c) {
     while (P->hash[k])
         k = (k + 1) & (uint32_t)(P->hcap - 1);
     P->hash[k] = i + 1;
-    /* A count more than far characters from both bounds cannot meet them within one piece of
-     * the vocabulary: its node takes the mask cache of the first node of the same (node,
-     * state) in the same zone (1: below minLength, 2: at or above it, maxLength far). */
-    int zone = c + P->far < P->mn && (P->mx < 0 || c + P->far < P->mx) ? 1
-               : c >= P->mn && P->mx >= 0 && c + P->far < P->mx        ? 2
-                                                                       : 0;
-    if (zone) {
-        int32_t *r = &P->rep[((size_t)node * LC_N + (size_t)d) * 2 + (size_t)zone - 1];
-        if (!*r)
-            *r = gid + 1;
-        else if (g_share(P->g, gid, *r - 1))
-            return -1;
-    }
     return i;
+}
+
+/* After the product is written, the counts far from the bounds share mask caches: a node takes
+ * the cache of the first node of its (node pair, reading state) group in its zone (g_share). A
+ * cache pass from that node stands for the others, its DFA reading each shared group as one
+ * state, so the counts a pass walks are not the real ones: what a piece reaches from any count
+ * of a zone must behave alike, the same edges (no bound within far characters: a piece adds at
+ * most far - 1) and the same liveness, which the count changes even far from the bounds: an
+ * unanchored 16-character literal within maxLength 50 still fits after 34 characters of free
+ * text, not after 35 (sharing by distance alone let the masks take pieces that strand the string
+ * there). Zone 2 (at or above minLength, where a group is live up to some count and dead above it)
+ * ends far characters before the first count where a group that is live below it is dead; zone
+ * 1 (below minLength, where liveness may depend on the count in any way) shares only when every
+ * group is all live or all dead over the counts its passes can reach. 0, or -1 on out of memory. */
+static int lc_share(lc_prod *P, int to) {
+    size_t   n_grp = (size_t)P->n_pairs * LC_N;
+    uint8_t *live = k3_calloc((size_t)P->n, 1), *seen = k3_calloc(n_grp, 1); /* seen: 1 live, 2 dead */
+    int32_t *dead = k3_malloc(n_grp * sizeof *dead); /* a group's least dead count from minLength up */
+    int      base = P->n ? P->e[0].id : 0, rc = -1, uniform1 = 1;
+    long     cut = P->mx, w1 = (P->mx >= 0 && P->mx < P->mn ? P->mx : P->mn) - 1; /* zone 1's counts */
+    if (!live || !seen || !dead)
+        goto done;
+    for (int changed = 1; changed;) { /* live: it ends the string, or an edge leads to a live node */
+        changed = 0;
+        for (int i = P->n - 1; i >= 0; i--) {
+            const g_node *gn = &P->g->node[P->e[i].id];
+            K3_ASSERT(P->e[i].id == base + i); /* the product's nodes were made in a row */
+            for (int k = 0; k < gn->n && !live[i]; k++) {
+                int j = gn->e[k].to - base;
+                if (gn->e[k].to == to || (j >= 0 && j < P->n && live[j]))
+                    live[i] = 1, changed = 1;
+            }
+        }
+    }
+    for (size_t g = 0; g < n_grp; g++)
+        dead[g] = INT32_MAX;
+    for (int i = 0; i < P->n; i++) {
+        long   c   = (long)(P->e[i].key % (P->top + 1));
+        size_t grp = (size_t)(P->e[i].key / (P->top + 1));
+        if (c <= w1 && (seen[grp] |= live[i] ? 1 : 2) == 3)
+            uniform1 = 0;
+        if (c >= P->mn && !live[i] && c < dead[grp])
+            dead[grp] = (int32_t)c;
+    }
+    for (int i = 0; i < P->n; i++) { /* groups live at some count from minLength up */
+        long   c   = (long)(P->e[i].key % (P->top + 1));
+        size_t grp = (size_t)(P->e[i].key / (P->top + 1));
+        if (c >= P->mn && live[i] && dead[grp] < cut)
+            cut = dead[grp];
+    }
+    for (int i = 0; i < P->n; i++) {
+        long   c    = (long)(P->e[i].key % (P->top + 1));
+        size_t grp  = (size_t)(P->e[i].key / (P->top + 1));
+        int    zone = uniform1 && c + P->far < P->mn && (P->mx < 0 || c + P->far < P->mx) ? 1
+                      : c >= P->mn && P->mx >= 0 && c + P->far < cut                      ? 2
+                                                                                          : 0;
+        if (!zone)
+            continue;
+        int32_t *r = &P->rep[grp * 2 + (size_t)zone - 1];
+        if (!*r)
+            *r = P->e[i].id + 1;
+        else if (g_share(P->g, P->e[i].id, *r - 1))
+            goto done;
+    }
+    rc = 0;
+done:
+    free(live), free(seen), free(dead);
+    return rc;
 }
 
 /* The most characters one piece of the vocabulary can add inside pattern automaton s: the lead
@@ -793,66 +857,101 @@ static long lc_far(const k3_grammar *s) {
     return most;
 }
 
-k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *path, int raw, long mn, long mx,
-                        int from, int to) {
-    k3_grammar *s = NULL;
-    lc_prod     P = {.g = g, .mn = mn, .mx = mx, .top = (int)(mx >= 0 ? mx : mn)};
-    k3_status   st;
-    int         a, b;
-    if ((st = g_new(g->voc, g->what, &s)))
-        return st;
-    s->free_fill = 1;
-    if ((a = g_node_new(s)) < 0 || (b = g_node_new(s)) < 0) {
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        goto done;
-    }
-    if ((st = g_pattern(s, re, n, path, raw, a, b)))
-        goto done;
-    P.far = lc_far(s) + 1;
-    if (!(P.rep = k3_calloc((size_t)s->n_node * LC_N * 2, sizeof *P.rep)) || lc_get(&P, a, LC_CHAR, 0) < 0 ||
-        (st = g_eps(g, from, P.e[0].id)))
-        goto fail;
-    for (int i = 0; i < P.n; i++) { /* breadth first: P.e[] is the queue */
-        int64_t       key = P.e[i].key;
-        long          c   = (long)(key % (P.top + 1));
-        int           d = (int)(key / (P.top + 1) % LC_N), nd = (int)(key / (P.top + 1) / LC_N);
-        const g_node *sn   = &s->node[nd];
-        int32_t       here = P.e[i].id;
-        if (nd == b && d == LC_CHAR && c >= mn && (st = g_eps(g, here, to)))
-            goto fail;
-        for (int k = 0; k < sn->n; k++) {
-            const g_edge *e = &sn->e[k];
-            K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
-            if (e->kind == GE_EPS) {
-                int j = lc_get(&P, e->to, d, c);
-                if (j < 0 || (st = g_eps(g, here, P.e[j].id)))
-                    goto fail;
-                continue;
-            }
-            for (int lo = e->lo, hi; lo <= e->hi; lo = hi + 1) { /* runs of one next state */
-                int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
-                hi      = cut - 1 < e->hi ? cut - 1 : e->hi;
-                long c2 = c + inc;
-                if (mx >= 0 && c2 > mx)
-                    continue;
-                int j = lc_get(&P, e->to, d2, mx < 0 && c2 > mn ? mn : c2);
-                if (j < 0 || (st = g_byte(g, here, lo, hi, P.e[j].id)))
-                    goto fail;
-            }
+k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
+                        int raw, long mn, long mx, int from, int to) {
+    k3_grammar *s[2] = {NULL, NULL};
+    lc_prod     P    = {.g = g, .mn = mn, .mx = mx, .top = (int)(mx >= 0 ? mx : mn), .n1 = 1};
+    k3_status   st   = K3_OK;
+    int         a[2] = {0, 0}, b[2] = {0, 0};
+    long        far = -1, ends = 0; /* ends: product nodes that end the string */
+    g_edge      any_e    = {.kind = GE_BYTE, .lo = 0, .hi = 255, .to = 0}; /* one pattern: the second */
+    g_node      any_byte = {.e = &any_e, .n = 1, .reads = 1, .live = 1};   /* factor reads any byte */
+    for (int f = 0; f < n_re && !st; f++) {
+        if ((st = g_new(g->voc, g->what, &s[f])))
+            break;
+        s[f]->free_fill = mn > 0 || mx >= 0; /* a bound: the counter bounds the free text */
+        if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
+            long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
+            far     = far < 0 || lf < far ? lf : far;
         }
     }
+    if (st)
+        goto done;
+    P.far = far + 1;
+    if (n_re == 2)
+        P.n1 = s[1]->n_node;
+    P.n_pairs    = s[0]->n_node * P.n1;
+    size_t n_rep = (size_t)P.n_pairs * LC_N * 2; /* the shares: only where they fit */
+    if (n_rep <= ((size_t)1 << 22) && !(P.rep = k3_calloc(n_rep, sizeof *P.rep)))
+        goto fail;
+    if (lc_get(&P, a[0] * P.n1 + a[1], LC_CHAR, 0) < 0 || (st = g_eps(g, from, P.e[0].id)))
+        goto fail;
+    for (int i = 0; i < P.n; i++) { /* breadth first: P.e[] is the queue */
+        int64_t       key = P.e[i].key, pair = key / (P.top + 1) / LC_N;
+        long          c = (long)(key % (P.top + 1));
+        int           d = (int)(key / (P.top + 1) % LC_N), n0 = (int)(pair / P.n1), n1 = (int)(pair % P.n1);
+        const g_node *sn[2] = {&s[0]->node[n0], n_re == 2 ? &s[1]->node[n1] : &any_byte};
+        int32_t       here  = P.e[i].id;
+        if (n0 == b[0] && n1 == b[1] && d == LC_CHAR && c >= mn && (st = (ends++, g_eps(g, here, to))))
+            goto fail;
+        for (int f = 0; f < 2; f++) /* a move without reading: either factor's */
+            for (int k = 0; k < sn[f]->n; k++) {
+                const g_edge *e = &sn[f]->e[k];
+                K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
+                if (e->kind != GE_EPS)
+                    continue;
+                int j = lc_get(&P, f ? n0 * P.n1 + e->to : e->to * P.n1 + n1, d, c);
+                if (j < 0 || (st = g_eps(g, here, P.e[j].id)))
+                    goto fail;
+            }
+        for (int k = 0; k < sn[0]->n; k++)
+            for (int k1 = 0; k1 < sn[1]->n; k1++) { /* a byte both read */
+                const g_edge *e = &sn[0]->e[k], *e1 = &sn[1]->e[k1];
+                if (e->kind != GE_BYTE || e1->kind != GE_BYTE)
+                    continue;
+                int top = e->hi < e1->hi ? e->hi : e1->hi;
+                for (int lo = e->lo > e1->lo ? e->lo : e1->lo, hi; lo <= top;
+                     lo     = hi + 1) { /* runs of one state */
+                    int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
+                    hi      = cut - 1 < top ? cut - 1 : top;
+                    long c2 = c + inc;
+                    if (mx >= 0 && c2 > mx)
+                        continue;
+                    int j = lc_get(&P, e->to * P.n1 + e1->to, d2, mx < 0 && c2 > mn ? mn : c2);
+                    if (j < 0 || (st = g_byte(g, here, lo, hi, P.e[j].id)))
+                        goto fail;
+                }
+            }
+    }
+    if (P.rep && lc_share(&P, to))
+        goto fail;
+    if (!ends && n_re == 2) /* a schema with no document is the caller's to report; this one may have some */
+        st = k3_err(
+            K3_ERR_UNSUPPORTED,
+            "json schema: unsupported keyword \"format\" at %s: no string of the part of the format "
+            "the grammar writes (labels of at most 16 characters, duration fields of at most 4 digits) "
+            "matches the pattern%s",
+            path, mn > 0 || mx >= 0 ? " within the length bounds" : "");
     goto done;
 fail:
-    if (P.over)
+    if (P.over && (mn > 0 || mx >= 0))
         st = k3_err(K3_ERR_UNSUPPORTED,
-                    "json schema: unsupported keyword \"%s\" at %s: with this pattern the length bound "
+                    "json schema: unsupported keyword \"%s\" at %s: with this pattern%s the length bound "
                     "needs more than %d grammar nodes (the pattern's nodes times the bound; a smaller "
                     "bound or a simpler pattern fits)",
-                    mx >= 0 ? "maxLength" : "minLength", path, G_LEN_MAX_NODES);
+                    mx >= 0 ? "maxLength" : "minLength", path, n_re == 2 ? " and format" : "",
+                    G_LEN_MAX_NODES);
+    else if (P.over)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: unsupported keyword \"format\" at %s: together with pattern the two "
+                    "automata's product needs more than %d grammar nodes (a simpler pattern fits)",
+                    path, G_LEN_MAX_NODES);
     else if (!st)
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
 done:
     free(P.e), free(P.hash), free(P.rep);
-    k3_grammar_free(s);
+    k3_grammar_free(s[0]), k3_grammar_free(s[1]);
     return st;
 }

@@ -6,16 +6,18 @@
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
- *   allow it: vcheck, a validator of one value), properties, required,
- *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
- *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (OpenAI's strict list:
- *   date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table formats),
- *   multipleOf (integers up to 1000: emit_integer), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers: exactly and as doubles, int_bound;
- * numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types, or tagged
- * objects: tagged_apart), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME or #/definitions/NAME
- * (recursion through calls), the annotations ($id at the root only). Anything else is refused with
- * K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
+ *   allow it: vcheck, a validator of one value), properties, required, additionalProperties,
+ *   items, prefixItems, minItems, maxItems, uniqueItems (over items of a few values:
+ *   unique_array), minLength, maxLength (beside a pattern or format too: g_pattern_len),
+ *   pattern (gram-re.c; beside a format, both hold: g_pattern_len), format (OpenAI's strict
+ *   list: date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid; the table
+ *   formats), multipleOf (integers and fractions over a power of 2: emit_integer), minimum,
+ *   maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as doubles, int_bound;
+ *   numbers without an exponent: emit_number_range), anyOf, oneOf (branches of distinct types,
+ *   or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref to #,
+ *   #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the
+ *   root only). Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its
+ *   JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
@@ -63,12 +65,17 @@ typedef struct sc {
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
     int         n_pat, cap_pat;
-    int         mod;  /* multipleOf of the integer being written (0: none; digits, mod_tail) */
-    int        *tail; /* (17, mod) mod_tail's nodes, -2 not made yet */
-    int         tail_to;
+    long long   mod;     /* the digits' integer is a multiple of it (0: none; digits, mod_tail) */
+    int         point;   /* digits after the point (a fractional multipleOf's), 0: an integer */
+    long long   pw[17];  /* 10^m */
+    long long   red[17]; /* mod / gcd(mod, 10^m): the remainders m digits from the end tell apart */
+    int64_t    *tkey;    /* (tcap) mod_tail's states: m << 57 | remainder class, -1 empty */
+    int32_t    *tval;    /* (tcap) their nodes */
+    int         tcap, tail_to;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
+static double    jv_number(const jv *x);
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
 static k3_status rules_emit(sc *c);
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
@@ -201,49 +208,96 @@ static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
     return st;
 }
 
-/* Under multipleOf c->mod: the node from which m more digits, any of them, end at c->tail_to
- * with the whole magnitude a multiple of mod, having read digits of remainder r so far (-1: none
- * does; g_finish drops the edges into dead ends). Shared by every prefix with that remainder, so
- * the multiples of mod up to 16 digits cost 16 * mod nodes of 10 edges. */
-static int mod_tail(sc *c, int m, int r, k3_status *st) {
-    int *t = &c->tail[m * c->mod + r];
-    if (m == 0)
-        return r ? -1 : c->tail_to;
-    if (*t != -2 || *st)
-        return *t;
-    if ((*t = node(c)) < 0)
-        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
-    for (int d = 0; d < 10 && !*st; d++) {
-        int nx = mod_tail(c, m - 1, (int)((10LL * r + d) % c->mod), st);
-        if (nx >= 0 && !*st)
-            *st = g_byte(c->g, c->tail[m * c->mod + r], (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
-    }
-    return c->tail[m * c->mod + r];
+/* Under multipleOf c->mod (the digits' integer a multiple of it): m more digits, read after
+ * digits of remainder r, matter only through r * 10^m mod c->mod, so r is kept modulo
+ * c->red[m] (mod / gcd(mod, 10^m)), and a remainder that no m digits can complete (the least
+ * completion mod - r * 10^m mod mod is not below 10^m) is dead: no node. mod_states bounds the
+ * classes left; a power of 2 (1024: 288 nodes) or of 10 (10^6: 16) costs far less than a prime (13 per
+ * remainder). */
+static int mod_live(const sc *c, int m, long long r) {
+    __extension__ typedef unsigned __int128 u128;
+    long long                               rho = (long long)((u128)r * (u128)c->pw[m] % (u128)c->mod);
+    return (rho ? c->mod - rho : 0) < c->pw[m];
 }
 
+static uint32_t tail_hash(int64_t k) {
+    return (uint32_t)(((uint64_t)k * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+/* The node from which m more digits, any of them, end at c->tail_to with the whole a multiple of
+ * c->mod (a '.' before the last c->point of them), after digits of remainder r; -1 when none
+ * does (g_finish drops edges into dead ends). Shared by every prefix of that class. */
+static int mod_tail(sc *c, int m, long long r, k3_status *st) {
+    if (*st || !mod_live(c, m, r))
+        return -1;
+    if (m == 0)
+        return c->tail_to;
+    long long cls = r % c->red[m];
+    int64_t   key = (int64_t)m << 57 | cls; /* cls < mod <= 10^17 < 2^57 */
+    uint32_t  h   = tail_hash(key) & (uint32_t)(c->tcap - 1);
+    for (; c->tkey[h] != -1; h = (h + 1) & (uint32_t)(c->tcap - 1))
+        if (c->tkey[h] == key)
+            return c->tval[h];
+    int t = node(c), in = t;
+    if (m == c->point && t >= 0) /* the fraction's digits begin: its point first */
+        in = node(c), *st = in < 0 ? K3_OK : g_byte(c->g, t, '.', '.', in);
+    if (in < 0)
+        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
+    c->tkey[h] = key, c->tval[h] = t; /* claimed before the recursion fills more slots */
+    for (int d = 0; d < 10 && !*st; d++) {
+        int nx = mod_tail(c, m - 1, (10 * cls + d) % c->mod, st);
+        if (nx >= 0 && !*st)
+            *st = g_byte(c->g, in, (uint8_t)('0' + d), (uint8_t)('0' + d), nx);
+    }
+    return t;
+}
+
+static k3_status digits_from(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to);
+
 /* Digits of a fixed length n between lo and hi (strings of n digits), after digits of
- * remainder r modulo c->mod (0 without multipleOf). */
-static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int from, int to) {
+ * remainder r modulo c->mod (0 without multipleOf); under a fractional multipleOf, a '.'
+ * before the last c->point of them. */
+static k3_status digits(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to) {
     if (n == 0)
         return r ? K3_OK : g_eps(c->g, from, to);
+    if (n == c->point) {
+        int       p = node(c);
+        k3_status st =
+            p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_byte(c->g, from, '.', '.', p);
+        if (st)
+            return st;
+        from = p;
+    }
+    return digits_from(c, lo, hi, n, r, from, to);
+}
+
+/* digits, from reading the first of the n (its point, if any, read). */
+static k3_status digits_from(sc *c, const char *lo, const char *hi, int n, long long r, int from, int to) {
     int all = 1;
     for (int k = 1; k < n; k++)
         all &= lo[k] == '0' && hi[k] == '9';
     if (all && c->mod) { /* [lo0-hi0] then n - 1 free digits that end at a multiple */
         k3_status st = K3_OK;
         for (int d = lo[0]; d <= hi[0] && !st; d++) {
-            int nx = mod_tail(c, n - 1, (int)((10LL * r + d - '0') % c->mod), &st);
+            int nx = mod_tail(c, n - 1, (10 * r + d - '0') % c->mod, &st);
             if (nx >= 0 && !st)
                 st = g_byte(c->g, from, (uint8_t)d, (uint8_t)d, nx);
         }
         return st;
     }
-    if (all) { /* [lo0-hi0][0-9]{n-1} */
+    if (all) { /* [lo0-hi0][0-9]{n-1}, the point where it goes */
         int cur = from;
         for (int k = 0; k < n; k++) {
-            int       nx = k + 1 == n ? to : node(c);
-            k3_status st = g_byte(c->g, cur, k ? '0' : lo[0], k ? '9' : hi[0], nx);
-            if (st)
+            k3_status st = K3_OK;
+            if (k && n - k == c->point) {
+                int p = node(c);
+                if ((st = p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
+                                : g_byte(c->g, cur, '.', '.', p)))
+                    return st;
+                cur = p;
+            }
+            int nx = k + 1 == n ? to : node(c);
+            if ((st = g_byte(c->g, cur, k ? '0' : lo[0], k ? '9' : hi[0], nx)))
                 return st;
             cur = nx;
         }
@@ -253,7 +307,7 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int
     k3_status st;
     memset(zeros, '0', sizeof zeros);
     memset(nines, '9', sizeof nines);
-#define NEXT(d) (c->mod ? (int)((10LL * r + (d) - '0') % c->mod) : 0)
+#define NEXT(d) (c->mod ? (10 * r + (d) - '0') % c->mod : 0)
     if (lo[0] == hi[0]) {
         int m = node(c);
         if ((st = g_byte(c->g, from, lo[0], lo[0], m)))
@@ -267,28 +321,31 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int r, int
         (st = digits(c, zeros, hi + 1, n - 1, NEXT(hi[0]), m2, to)))
         return st;
     if (lo[0] + 1 <= hi[0] - 1) { /* the digits between: free after them (the all case) */
-        char mid[2] = {(char)(lo[0] + 1), (char)(hi[0] - 1)};
         char lo2[24], hi2[24];
-        lo2[0] = mid[0], hi2[0] = mid[1];
+        lo2[0] = (char)(lo[0] + 1), hi2[0] = (char)(hi[0] - 1);
         memcpy(lo2 + 1, zeros, (size_t)n - 1), memcpy(hi2 + 1, nines, (size_t)n - 1);
-        return digits(c, lo2, hi2, n, r, from, to);
+        return digits_from(c, lo2, hi2, n, r, from, to);
     }
 #undef NEXT
     return K3_OK;
 }
 
-/* Decimal integers in [a, b], 0 <= a <= b. */
+/* Decimal integers in [a, b], 0 <= a <= b; under a fractional multipleOf (c->point digits after
+ * the point) at least c->point + 1 digits, so 5 is "0.05" under 0.01's point. */
 static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
-    long long p = 1; /* L digits: [p, 10p - 1], and 0 for L = 1 (so b = 0 still writes "0") */
-    for (int L = 1; L <= 17 && (L == 1 || p <= b); L++, p *= 10) {
-        long long lo = a > (L == 1 ? 0 : p) ? a : (L == 1 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
+    int       L0 = c->point + 1; /* the fewest digits: those of 0 */
+    long long p  = 1;            /* L digits: [p, 10p - 1], and from 0 for L0 */
+    for (int L = 1; L < L0; L++)
+        p *= 10;
+    for (int L = L0; L <= 17 && (L == L0 || p <= b); L++, p *= 10) {
+        long long lo = a > (L == L0 ? 0 : p) ? a : (L == L0 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
         if (lo > hi)
             continue;
         char      sl[24], sh[24];
         k3_status st;
-        snprintf(sl, sizeof sl, "%lld", lo);
-        snprintf(sh, sizeof sh, "%lld", hi);
-        if ((st = digits(c, sl, sh, L, 0, from, to)))
+        snprintf(sl, sizeof sl, "%017lld", lo); /* the last L of them: lo < 10^L */
+        snprintf(sh, sizeof sh, "%017lld", hi);
+        if ((st = digits(c, sl + 17 - L, sh + 17 - L, L, 0, from, to)))
             return st;
     }
     return K3_OK;
@@ -367,65 +424,6 @@ static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, 
     }
 #undef PASS
     return K3_OK;
-}
-
-#define G_MOD_MAX 1000             /* the greatest multipleOf written (16 * it nodes) */
-#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
-
-/* multipleOf of schema s: *k 0 without one; the grammar writes integer ones up to G_MOD_MAX. A
- * validator divides in doubles (ajv: x / k must be an integer; Python's jsonschema too, for a
- * float k), so a fraction is refused: under multipleOf 0.1, 0.3 / 0.1 is 2.9999999999999996. */
-static k3_status multiple_of(const jv *s, const char *path, long long *k) {
-    const jv *v = jv_get(s, "multipleOf");
-    double    d;
-    k3_status st;
-    *k = 0;
-    if (!v)
-        return K3_OK;
-    if ((st = bound_value(v, path, "multipleOf", &d)))
-        return st;
-    if (!(d > 0))
-        return bad(path, "multipleOf", "a number above 0");
-    if (d != floor(d))
-        return unsupported(path, "multipleOf",
-                           "a fraction (validators divide in doubles: under multipleOf 0.1, 0.3 / 0.1 is "
-                           "2.9999999999999996, not a multiple); only integers up to 1000 are written");
-    if (d > G_MOD_MAX)
-        return unsupported(path, "multipleOf", "above 1000 (each remainder is a grammar node per digit)");
-    *k = (long long)d;
-    return K3_OK;
-}
-
-/* An integer (or a number under an integer multipleOf: those are integers) within the bounds;
- * under multipleOf k, a multiple of k of at most 2^53 in magnitude (where x / k is exact in
- * doubles, as ajv divides): the digits carry their remainder (digits, mod_tail). */
-static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
-    long long lo = -G_INT_MAX, hi = G_INT_MAX, k;
-    k3_status st;
-    for (int b = 0; b < 4; b++) {
-        const jv *v = jv_get(s, bound_key[b]);
-        if (v && (st = int_bound(v, path, b, &lo, &hi)))
-            return st;
-    }
-    if ((st = multiple_of(s, path, &k)))
-        return st;
-    if (k <= 1)
-        return int_range(c, lo, hi, from, to);
-    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* integers, none of them written */
-        return unsupported(path, "multipleOf",
-                           "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
-                           "doubles is not exact, so only multiples within it are written");
-    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
-    if (!(c->tail = k3_malloc(17 * (size_t)k * sizeof *c->tail)))
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-    for (long long i = 0; i < 17 * k; i++)
-        c->tail[i] = -2;
-    c->mod = (int)k, c->tail_to = to;
-    st     = int_range(c, lo, hi, from, to);
-    c->mod = 0;
-    free(c->tail);
-    c->tail = NULL;
-    return st;
 }
 
 /* ---- numbers within bounds ---------------------------------------------------------------
@@ -555,13 +553,13 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
     return st;
 }
 
-/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum, exactly as a validator
- * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
- * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
-static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
-    g_num     lo = -G_NUM_MAX, hi = G_NUM_MAX;
+/* The numbers N * 10^-16 that pass s's bounds as a validator reads them (above): [*lo, *hi];
+ * *holds 0 when no number at all does (the bounds cross), so that bounds holding only numbers of
+ * more than 16 fraction digits are told apart (refused) from none. */
+static k3_status num_bounds(const jv *s, const char *path, g_num *lo, g_num *hi, int *holds) {
     double    dlo = -INFINITY, dhi = INFINITY; /* the least and greatest doubles the bounds pass */
     k3_status st;
+    *lo = -G_NUM_MAX, *hi = G_NUM_MAX;
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, bound_key[k]);
         int       lower = k < 2;
@@ -573,12 +571,25 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
         g_num n = lower ? g_num_lo(d, k & 1) : g_num_hi(d, k & 1);
         if (lower ? n > G_NUM_MAX : n < -G_NUM_MAX) /* past every writable number */
             return beyond(path, bound_key[k]);
-        if (lower ? n > lo : n < hi)
-            lo = lower ? n : lo, hi = lower ? hi : n;
+        if (lower ? n > *lo : n < *hi)
+            *lo = lower ? n : *lo, *hi = lower ? *hi : n;
         d   = k & 1 ? nextafter(d, lower ? INFINITY : -INFINITY) : d;
         dlo = lower && d > dlo ? d : dlo, dhi = !lower && d < dhi ? d : dhi;
     }
-    if (lo > hi && dlo <= dhi) /* numbers, but none written without an exponent (1e-20) */
+    *holds = dlo <= dhi;
+    return K3_OK;
+}
+
+/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum, exactly as a validator
+ * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
+ * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
+static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
+    g_num     lo, hi;
+    int       holds;
+    k3_status st;
+    if ((st = num_bounds(s, path, &lo, &hi, &holds)))
+        return st;
+    if (lo > hi && holds) /* numbers, but none written without an exponent (1e-20) */
         return unsupported(
             path, jv_get(s, "exclusiveMinimum") ? "exclusiveMinimum" : "minimum",
             "bounds that hold numbers, none of them of at most 16 fraction digits (the numbers "
@@ -596,6 +607,399 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
             return st;
     }
     return K3_OK;
+}
+
+/* ---- multipleOf ------------------------------------------------------------------------------
+ * JSON numbers are decimal text, so the exact reading of multipleOf m is decimal: m's shortest
+ * text a * 10^-k (0.25: a = 25, k = 2; the double's shortest digits, as JSON.parse prints it), and
+ * x is a multiple when x * 10^k is an integer multiple of a (1.5e2, 150.00 and 150 alike).
+ * Validators divide in doubles instead (ajv: x / m === parseInt(x / m); Python's jsonschema:
+ * int(q) == q): 0.3 / 0.1 is 2.9999999999999996 and 0.07 / 0.01 is 7.000000000000001, so they
+ * reject exact multiples of a fraction that is no exact double (16% of 0.01's up to 10^4, 32% of
+ * 0.1's), and which ones follows no digit pattern a grammar could write. The two readings agree
+ * on every multiple when m is an exact double (an integer, or a fraction over a power of 2: 0.5,
+ * 0.25, 0.125, 2.5) and |x * 10^k| <= 2^53: x and m are exact doubles, so x / m is exact. k3chat
+ * writes only values both readings take: under an exact m its multiples, the integers X = x *
+ * 10^k, a multiple of a, written with a point before their last k digits (digits, mod_tail);
+ * under another fraction, between bounds, each multiple checked (emit_listed), else refused
+ * naming a multiple a validator rejects. */
+
+#define G_MOD_NODES 65536          /* mod_tail's nodes at most (mod_states) */
+#define G_EXACT 9007199254740992LL /* 2^53: integers up to it are exact doubles */
+
+/* The shortest of printf's %.*g texts of d (1 to 17 digits) that strtod reads back as d, in t
+ * (JSON.parse's digits: 0.07 / 0.01 prints 7.000000000000001). */
+static void short_text(double d, char *t, size_t n) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, n, "%.*g", p, d);
+        if (strtod(t, NULL) == d)
+            return;
+    }
+}
+
+static long long gcd_ll(long long a, long long b) {
+    while (b) {
+        long long t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The most nodes mod_tail makes under modulus a: per count m of digits left, the remainder
+ * classes (a / gcd(a, 10^m)) that some m digits complete (those within 10^m of a multiple). */
+static long long mod_states(long long a) {
+    long long n = 0, pw = 1;
+    for (int m = 1; m <= 16; m++) {
+        pw *= 10;
+        long long g = gcd_ll(a, pw), cls = a / g, live = (pw - 1) / g + 1;
+        n += cls < live ? cls : live;
+    }
+    return n;
+}
+
+/* multipleOf of schema s as *a * 10^-*k (k 0: an integer; *a 0: no multipleOf); *odd 1 when it is
+ * no exact double, so that the readings differ on its multiples (above). */
+static k3_status multiple_of(const jv *s, const char *path, long long *a, int *k, int *odd) {
+    const jv *v = jv_get(s, "multipleOf");
+    double    d;
+    k3_status st;
+    char      t[40];
+    *a = 0, *k = 0, *odd = 0;
+    if (!v)
+        return K3_OK;
+    if ((st = bound_value(v, path, "multipleOf", &d)))
+        return st;
+    if (!(d > 0) || !isfinite(d))
+        return bad(path, "multipleOf", "a finite number above 0");
+    short_text(d, t, sizeof t);
+    long long m = 0, p5 = 1;
+    int       e = strchr(t, 'e') ? atoi(strchr(t, 'e') + 1) : 0, frac = 0; /* d = m * 10^e */
+    for (const char *q = t; *q && *q != 'e'; q++)
+        if (*q == '.')
+            frac = 1;
+        else
+            m = m * 10 + (*q - '0'), e -= frac;
+    for (; m % 10 == 0; m /= 10)
+        e++;
+    for (; e > 0 && m <= G_EXACT; e--)
+        m *= 10;
+    if (m > G_EXACT || e > 0)
+        return unsupported(path, "multipleOf",
+                           "above 2^53 (9007199254740992): no multiple but 0 is an exact double");
+    if (-e > 16)
+        return unsupported(path, "multipleOf",
+                           "more than 16 fraction digits (the numbers written have at most 16)");
+    for (int i = 0; i < -e; i++)
+        p5 *= 5;
+    *a = m, *k = -e, *odd = m % p5 != 0;
+    return K3_OK;
+}
+
+/* The refusal of multipleOf a * 10^-k (d, no exact double) at path, naming a multiple validators
+ * reject and why (why: what would have let it be written). */
+static k3_status odd_refused(const char *path, long long a, int k, double d, const char *why) {
+    char   ts[2][40];
+    double pw = 1;
+    for (int i = 0; i < k; i++)
+        pw *= 10;
+    for (long long j = 1; j <= 1000; j++) {
+        double x = (double)(j * a) / pw, q = x / d; /* exact / exact: rounded once, as strtod */
+        if (q == floor(q))
+            continue;
+        snprintf(ts[0], sizeof ts[0], "%.*f", k, x);
+        short_text(q, ts[1], sizeof ts[1]);
+        return k3_err(
+            K3_ERR_UNSUPPORTED,
+            "json schema: unsupported keyword \"multipleOf\" at %s: %.*f is no exact double, and "
+            "validators (ajv, Python's jsonschema) divide in doubles: %s / %.*f is %s, not an "
+            "integer, so they reject some exact multiples, and which ones follows no digit pattern: "
+            "%s",
+            path, k, d, ts[0], k, d, ts[1], why);
+    }
+    return unsupported(path, "multipleOf", why);
+}
+
+/* ---- multiples of a fraction that is no exact double -------------------------------------------
+ * Between a minimum and a maximum holding at most G_LIST_MAX of them, each multiple of m = a *
+ * 10^-k is checked as validators read it (its text's double over m's double an integer, below
+ * 10^21) and the texts both readings take are written as a minimal acyclic automaton, built by
+ * Daciuk, Mihov, Watson and Watson's incremental construction over the sorted texts: a state is
+ * registered (or replaced by an equal registered one) once no later text passes through it, so
+ * only the path of the last text is ever unregistered. 0.01 between 0 and 1,000 keeps 84% of its
+ * 100,001 multiples. */
+
+#define G_LIST_MAX (1 << 20) /* multiples checked at most */
+#define G_LIST_NODES 131072  /* the automaton's states at most */
+
+typedef struct dm_state {
+    int32_t next[12]; /* by symbol: '0'..'9', '.', '-'; -1 none */
+    int32_t final;
+} dm_state;
+
+typedef struct dm {
+    dm_state *st; /* (n) states, freed ones in freel */
+    int       n, cap;
+    int32_t  *reg; /* (rcap) registered state + 1 by content, 0 empty */
+    int       rcap, nreg;
+    int32_t  *freel; /* (nfree) states replaced by a registered one, for reuse */
+    int       nfree, capfree;
+} dm;
+
+static int dm_sym(char ch) {
+    return ch == '.' ? 10 : ch == '-' ? 11 : ch - '0';
+}
+
+static uint32_t dm_hash(const dm_state *q) {
+    uint32_t h = (uint32_t)q->final * 0x9e3779b9u;
+    for (int i = 0; i < 12; i++)
+        h = (h ^ (uint32_t)q->next[i]) * 0x01000193u;
+    return h;
+}
+
+static uint32_t dm_hash_at(const void *ctx, int i) {
+    const dm *D = ctx;
+    return dm_hash(&D->st[D->freel[D->nfree + i]]); /* the registered ids, listed past the free ones */
+}
+
+/* A new state without transitions; -1 on out of memory. */
+static int dm_new(dm *D) {
+    int id = D->nfree ? D->freel[--D->nfree] : D->n;
+    if (id == D->n) {
+        dm_state *ns = k3_grow(D->st, &D->cap, D->n + 1, sizeof *ns, 256);
+        if (!ns)
+            return -1;
+        D->st = ns, D->n++;
+    }
+    memset(D->st[id].next, 0xff, sizeof D->st[id].next);
+    D->st[id].final = 0;
+    return id;
+}
+
+/* The registered state equal to q (q itself, registered, when none is); -1 on out of memory. */
+static int dm_register(dm *D, int q) {
+    if (2 * (D->nreg + 1) > D->rcap) { /* rebuild: list the registered ids after the free ones */
+        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + D->nreg, sizeof *l, 64);
+        if (!l)
+            return -1;
+        D->freel = l;
+        for (int i = 0, j = 0; i < D->rcap; i++)
+            if (D->reg[i])
+                l[D->nfree + j++] = D->reg[i] - 1;
+        int      cap = D->rcap ? 2 * D->rcap : 1024;
+        int32_t *h   = g_index_build(cap, D->nreg, dm_hash_at, D);
+        if (!h)
+            return -1;
+        free(D->reg);
+        D->reg = h, D->rcap = cap;
+    }
+    uint32_t h = dm_hash(&D->st[q]) & (uint32_t)(D->rcap - 1);
+    for (; D->reg[h]; h = (h + 1) & (uint32_t)(D->rcap - 1))
+        if (!memcmp(&D->st[D->reg[h] - 1], &D->st[q], sizeof *D->st))
+            return D->reg[h] - 1;
+    D->reg[h] = q + 1, D->nreg++;
+    return q;
+}
+
+/* Registers the states of text w's path (path[i]: after i bytes) from depth len up to keep + 1,
+ * deepest first, each replaced in its parent by an equal registered one. 0, or -1 on out of memory. */
+static int dm_fold(dm *D, int32_t *path, const char *w, int len, int keep) {
+    for (int i = len; i > keep; i--) {
+        int q = path[i], r = dm_register(D, q);
+        if (r < 0)
+            return -1;
+        if (r == q)
+            continue;
+        D->st[path[i - 1]].next[dm_sym(w[i - 1])] = r;
+        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + 1, sizeof *l, 64);
+        if (!l)
+            return -1;
+        D->freel = l, l[D->nfree++] = q;
+    }
+    return 0;
+}
+
+static int text_cmp(const void *a, const void *b) {
+    return strcmp(a, b);
+}
+
+/* The multiples X * 10^-k of a * 10^-k (X in [lo, hi], |X| <= 2^53) that validators take too, as
+ * texts with k fraction digits, from -> to. Refused past G_LIST_MAX multiples or G_LIST_NODES
+ * states. */
+static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo, long long hi, long long a,
+                             int k, int from, int to) {
+    typedef char text[20]; /* '-', 16 digits, '.', NUL */
+    double       d = jv_number(jv_get(s, "multipleOf")), pw = 1;
+    long long    x0 = lo >= 0 ? (lo + a - 1) / a : -(-lo / a), x1 = hi >= 0 ? hi / a : -((-hi + a - 1) / a);
+    k3_status    st = K3_OK;
+    for (int i = 0; i < k; i++)
+        pw *= 10;
+    if (x0 > x1)
+        return K3_OK;          /* no multiple: nothing (g_finish reports a schema left with nothing) */
+    if (x1 - x0 >= G_LIST_MAX) /* without a bound: 2^53 units */
+        return odd_refused(path, a, k, d,
+                           "the ones both readings take are written only between a minimum and a maximum "
+                           "holding at most 1,048,576 multiples, each checked; an integer or a fraction over "
+                           "a power of 2 (0.5, 0.25, 0.125) is written without them");
+    text   *t = k3_malloc((size_t)(x1 - x0 + 1) * sizeof *t);
+    size_t  n = 0;
+    dm      D = {0};
+    int32_t path_st[24], *gid = NULL, *stack = NULL;
+    if (!t)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (long long j = x0; j <= x1; j++) { /* X = j * a; its double is X / 10^k rounded once */
+        long long X = j * a, ax = X < 0 ? -X : X;
+        double    q = ((double)X / pw) / d;
+        char      dg[24], *o = t[n];
+        int       nd = 0;
+        if (q != floor(q) || fabs(q) >= 1e21)
+            continue;
+        for (long long u = ax; u || nd < k + 1; u /= 10) /* its digits, at least k + 1 ("0.07") */
+            dg[nd++] = (char)('0' + u % 10);
+        if (X < 0)
+            *o++ = '-';
+        while (nd--)
+            *o++ = dg[nd], nd == k ? (void)(*o++ = '.') : (void)0;
+        *o = 0, n++;
+    }
+    qsort(t, n, sizeof *t, text_cmp);
+    const char *prev = "";
+    int         plen = 0;
+    if ((path_st[0] = dm_new(&D)) < 0)
+        goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        int len = (int)strlen(t[i]), cp = 0;
+        while (cp < plen && cp < len && prev[cp] == t[i][cp])
+            cp++;
+        if (dm_fold(&D, path_st, prev, plen, cp))
+            goto nomem;
+        for (int j = cp; j < len; j++) {
+            int q = dm_new(&D);
+            if (q < 0)
+                goto nomem;
+            D.st[path_st[j]].next[dm_sym(t[i][j])] = q, path_st[j + 1] = q;
+        }
+        D.st[path_st[len]].final = 1;
+        prev = t[i], plen = len;
+        if (D.nreg > G_LIST_NODES) {
+            st = k3_err(K3_ERR_UNSUPPORTED,
+                        "json schema: unsupported keyword \"multipleOf\" at %s: the multiples validators "
+                        "take need more than %d grammar nodes (narrower bounds fit)",
+                        path, G_LIST_NODES);
+            goto done;
+        }
+    }
+    if (dm_fold(&D, path_st, prev, plen, 0))
+        goto nomem;
+    /* write the reachable states: the root is from; a final state moves to `to` */
+    int top = 0;
+    if (!(gid = k3_malloc((size_t)D.n * sizeof *gid)) || !(stack = k3_malloc((size_t)D.n * sizeof *stack)))
+        goto nomem;
+    for (int i = 0; i < D.n; i++)
+        gid[i] = -1;
+    gid[path_st[0]] = from, stack[top++] = path_st[0];
+    while (top && !st) {
+        const dm_state *q = &D.st[stack[--top]];
+        int             g = gid[q - D.st];
+        if (q->final && (st = g_eps(c->g, g, to)))
+            break;
+        for (int y = 0; y < 12 && !st; y++) {
+            int r = q->next[y], y1 = y;
+            if (r < 0)
+                continue;
+            while (y < 10 && y1 < 9 && q->next[y1 + 1] == r) /* digits to one state: one range */
+                y1++;
+            if (gid[r] < 0) {
+                if ((gid[r] = node(c)) < 0)
+                    goto nomem;
+                stack[top++] = r;
+            }
+            int lo_ch = y < 10 ? '0' + y : y == 10 ? '.' : '-', hi_ch = y1 < 10 ? '0' + y1 : lo_ch;
+            st = g_byte(c->g, g, lo_ch, hi_ch, gid[r]);
+            y  = y1;
+        }
+    }
+    goto done;
+nomem:
+    st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+done:
+    free(t), free(D.st), free(D.reg), free(D.freel), free(gid), free(stack);
+    return st;
+}
+
+/* An integer (num 0), or a number under multipleOf (num 1: the multiples, written with the
+ * multipleOf's fraction digits, integers under an integer one), within the bounds; under
+ * multipleOf a multiple of at most 2^53 units of its last digit in magnitude (where x / m is
+ * exact in doubles, as validators divide): the digits carry their remainder (digits, mod_tail). */
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int num, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX, a;
+    int       k, odd;
+    k3_status st;
+    if ((st = multiple_of(s, path, &a, &k, &odd)))
+        return st;
+    if (odd && !num)
+        return odd_refused(path, a, k, jv_number(jv_get(s, "multipleOf")),
+                           "an integer or a fraction over a power of 2 (0.5, 0.25, 0.125) is written");
+    if (!num && k) { /* the integers among the multiples of a * 10^-k */
+        long long pw = 1;
+        for (int i = 0; i < k; i++)
+            pw *= 10;
+        a /= gcd_ll(a, pw), k = 0;
+    }
+    if (k) { /* X = x * 10^k within the bounds: the multiples are exact doubles, compared as such */
+        g_num nlo, nhi, unit = 1, cap = G_EXACT + 1;
+        int   holds;
+        if ((st = num_bounds(s, path, &nlo, &nhi, &holds)))
+            return st;
+        for (int i = k; i < 16; i++)
+            unit *= 10;                                            /* 10^-k in 10^-16 units */
+        nlo = nlo >= 0 ? (nlo + unit - 1) / unit : nlo / unit;     /* ceil */
+        nhi = nhi >= 0 ? nhi / unit : -((-nhi + unit - 1) / unit); /* floor */
+        lo  = (long long)(nlo > cap ? cap : nlo < -cap ? -cap : nlo);
+        hi  = (long long)(nhi > cap ? cap : nhi < -cap ? -cap : nhi);
+    } else
+        for (int b = 0; b < 4; b++) {
+            const jv *v = jv_get(s, bound_key[b]);
+            if (v && (st = int_bound(v, path, b, &lo, &hi)))
+                return st;
+        }
+    if (a <= 1 && !k)
+        return int_range(c, lo, hi, from, to);
+    if (lo <= hi && (lo > G_EXACT || hi < -G_EXACT)) /* multiples, none of them written */
+        return unsupported(path, "multipleOf",
+                           k ? "bounds beyond 2^53 units of its last digit: above them a validator's "
+                               "division in doubles is not exact, so only multiples within them are written"
+                             : "bounds beyond 2^53 (9007199254740992): above it a validator's division in "
+                               "doubles is not exact, so only multiples within it are written");
+    lo = lo < -G_EXACT ? -G_EXACT : lo, hi = hi > G_EXACT ? G_EXACT : hi;
+    if (odd)
+        return emit_listed(c, s, path, lo, hi, a, k, from, to);
+    long long n = mod_states(a);
+    if (n > G_MOD_NODES)
+        return k3_err(
+            K3_ERR_UNSUPPORTED,
+            "json schema: unsupported keyword \"multipleOf\" at %s: its multiples need %lld grammar "
+            "nodes (up to %lld remainders per digit), more than %d",
+            path, n, a, G_MOD_NODES);
+    for (c->tcap = 64; c->tcap < 2 * n + 64;)
+        c->tcap *= 2;
+    c->tkey = k3_malloc((size_t)c->tcap * sizeof *c->tkey);
+    c->tval = k3_malloc((size_t)c->tcap * sizeof *c->tval);
+    if (!c->tkey || !c->tval)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (int i = 0; !st && i < c->tcap; i++)
+        c->tkey[i] = -1;
+    c->pw[0] = 1;
+    for (int m = 1; m < 17; m++)
+        c->pw[m] = c->pw[m - 1] * 10;
+    for (int m = 0; m < 17; m++)
+        c->red[m] = a / gcd_ll(a, c->pw[m]);
+    c->mod = a, c->point = k, c->tail_to = to;
+    if (!st)
+        st = int_range(c, lo, hi, from, to);
+    c->mod = 0, c->point = 0;
+    free(c->tkey), free(c->tval);
+    c->tkey = NULL, c->tval = NULL;
+    return st;
 }
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
@@ -623,30 +1027,29 @@ static k3_status str_lengths(const char *path, long mn, long mx, int *none) {
     return K3_OK;
 }
 
-/* A string of pattern pat or format fmt (one of them) within minLength mn and maxLength mx (-1:
- * none), JSON-escaped or raw, from -> to (between the quotes). */
+/* A string of pattern pat and format fmt (one of them or both: both must hold, the product of
+ * their automata) within minLength mn and maxLength mx (-1: none), JSON-escaped or raw, from -> to
+ * (between the quotes). */
 static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char *path, int raw, long mn,
                                 long mx, int from, int to) {
-    const char *re = NULL;
-    size_t      n  = 0;
-    if (pat && fmt)
-        return unsupported(path, "format", "together with pattern");
-    if (pat && pat->kind != JV_STRING)
-        return bad(path, "pattern", "a string");
+    const char     *re[2];
+    size_t          n[2];
+    int             n_re = 0, none;
     k3_status       st;
     const g_format *f;
+    if (pat && pat->kind != JV_STRING)
+        return bad(path, "pattern", "a string");
     if (pat)
-        re = pat->s, n = pat->n;
-    else if ((st = format_of(fmt, path, &f)))
+        re[n_re] = pat->s, n[n_re++] = pat->n;
+    if (fmt && (st = format_of(fmt, path, &f)))
         return st;
-    else
-        re = f->re, n = strlen(f->re);
-    int none;
+    if (fmt)
+        re[n_re] = f->re, n[n_re++] = strlen(f->re);
     if ((st = str_lengths(path, mn, mx, &none)) || none)
         return st;
-    if (mn == 0 && mx < 0)
-        return g_pattern(c->g, re, n, path, raw, from, to);
-    return g_pattern_len(c->g, re, n, path, raw, mn, mx, from, to);
+    if (mn == 0 && mx < 0 && n_re == 1)
+        return g_pattern(c->g, re[0], n[0], path, raw, from, to);
+    return g_pattern_len(c->g, re, n, n_re, path, raw, mn, mx, from, to);
 }
 
 static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
@@ -981,13 +1384,17 @@ static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int
 
 /* ---- arrays --------------------------------------------------------------------------------- */
 
+static k3_status unique_array(sc *c, const jv *s, const char *path, int from, int to);
+
 static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int to) {
     const jv *items = jv_get(s, "items"), *pre = jv_get(s, "prefixItems"), *uq = jv_get(s, "uniqueItems");
     long      mn, mx;
     k3_status st;
     char      p2[512];
-    if (uq && uq->kind != JV_FALSE)
-        return unsupported(path, "uniqueItems", "only false");
+    if (uq && uq->kind != JV_TRUE && uq->kind != JV_FALSE)
+        return bad(path, "uniqueItems", "a boolean");
+    if (uq && uq->kind == JV_TRUE)
+        return unique_array(c, s, path, from, to);
     if (items && items->kind == JV_ARRAY)
         return unsupported(path, "items", "the array form (use prefixItems)");
     if (items && items->kind != JV_OBJECT && items->kind != JV_TRUE && items->kind != JV_FALSE)
@@ -1992,31 +2399,166 @@ static k3_status value_ok(sc *c, const jv *s, const char *key, const char *path,
 
 /* The values of s's const (else enum) that s's other keywords allow (value_ok), from -> to;
  * raw 1: strings only, written raw (a tool call's string argument). */
-static k3_status emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to) {
+/* The values of s's enum or const that its other keywords allow (value_ok), each as the schema
+ * spells it: (*l)[i] its text (into all->p), (*xs)[i] the value, *m of them. The caller frees
+ * all->p, *l and *xs. */
+static k3_status kept_values(sc *c, const jv *s, const char *path, int raw, jbuf *all, lit_t **l,
+                             const jv ***xs, size_t *m) {
     const jv   *v   = jv_get(s, "const") ? jv_get(s, "const") : jv_get(s, "enum");
     const char *key = jv_get(s, "const") ? "const" : "enum";
     size_t      n   = key[0] == 'c' ? 1 : v->n;
     k3_status   st  = K3_OK;
+    *m = 0, *l = NULL, *xs = NULL;
     if (key[0] == 'e' && v->kind != JV_ARRAY)
         return bad(path, "enum", "an array");
-    jbuf    all = {0}; /* the kept values' texts, one after another */
-    size_t *end = k3_malloc((n + 1) * sizeof *end), m = 0;
-    lit_t  *l = k3_malloc((n + 1) * sizeof *l);
-    if (!end || !l)
+    size_t *end = k3_malloc((n + 1) * sizeof *end);
+    *l          = k3_malloc((n + 1) * sizeof **l);
+    *xs         = k3_malloc((n + 1) * sizeof **xs);
+    if (!end || !*l || !*xs)
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         const jv *x  = key[0] == 'c' ? v : &v->items[i];
         int       ok = !raw || x->kind == JV_STRING;
-        if (ok && !(st = value_ok(c, s, key, path, x, &ok)) && ok && !(st = value_text(x, path, raw, &all)))
-            end[m++] = all.n;
+        if (ok && !(st = value_ok(c, s, key, path, x, &ok)) && ok && !(st = value_text(x, path, raw, all)))
+            end[*m] = all->n, (*xs)[(*m)++] = x;
     }
-    for (size_t i = 0; i < m && !st; i++)
-        l[i] = (lit_t){.p = all.p + (i ? end[i - 1] : 0), .n = end[i] - (i ? end[i - 1] : 0)};
+    for (size_t i = 0; i < *m && !st; i++)
+        (*l)[i] = (lit_t){.p = all->p + (i ? end[i - 1] : 0), .n = end[i] - (i ? end[i - 1] : 0)};
+    free(end);
+    return st;
+}
+
+static k3_status emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to) {
+    jbuf       all = {0};
+    lit_t     *l;
+    const jv **xs;
+    size_t     m;
+    k3_status  st = kept_values(c, s, path, raw, &all, &l, &xs, &m);
     if (!st)
         st = emit_trie(c, l, m, from, to);
-    free(all.p);
-    free(end);
-    free(l);
+    free(all.p), free(l), free(xs);
+    return st;
+}
+
+/* ---- uniqueItems -----------------------------------------------------------------------------
+ * uniqueItems: true over items of a few values (an enum or const, through $refs too; booleans;
+ * null): the grammar tracks which were used, a node per set of them (of at most maxItems), from
+ * which each unused value's text leads to the set with it added. Values a validator takes as
+ * equal (1 and 1.0, in either reading) are one. Items of any other kind are refused: their
+ * values are not a set the grammar can count. */
+
+#define G_UQ_MAX 16       /* distinct item values at most: 2^16 sets */
+#define G_UQ_NODES 131072 /* the sets' nodes and their values' texts at most */
+
+static k3_status unique_refused(const char *path, const char *why) {
+    return unsupported(path, "uniqueItems", why);
+}
+
+static k3_status unique_array(sc *c, const jv *s, const char *path, int from, int to) {
+    static const lit_t lits[3] = {{"null", 4}, {"true", 4}, {"false", 5}};
+    const jv          *it      = jv_get(s, "items");
+    char               p2[512];
+    long               mn, mx;
+    k3_status          st;
+    jbuf               all = {0};
+    lit_t             *l   = NULL, fixed[3];
+    const jv         **xs  = NULL;
+    size_t             m   = 0;
+    int               *cls = NULL, *at = NULL, nc = 0, types = 0;
+    if ((st = get_count(s, "minItems", path, 0, &mn)) || (st = get_count(s, "maxItems", path, -1, &mx)))
+        return st;
+    if (jv_get(s, "prefixItems"))
+        return unique_refused(path, "beside prefixItems (only over items of a few values)");
+    sub(p2, sizeof p2, path, "items", NULL);
+    for (int hop = 0; it && it->kind == JV_OBJECT && jv_get(it, "$ref") && hop < 64; hop++) {
+        for (size_t k = 0; k < it->n; k++)
+            if (strcmp(it->keys[k].s, "$ref") && !IN(it->keys[k].s, annotations))
+                return unsupported(p2, "$ref", "with sibling keywords");
+        if ((st = resolve(c, jv_get(it, "$ref"), p2, &it)))
+            return st;
+    }
+    int only_type = it && it->kind == JV_OBJECT;
+    for (size_t k = 0; only_type && k < it->n; k++)
+        only_type = !strcmp(it->keys[k].s, "type") || IN(it->keys[k].s, annotations);
+    if (only_type && (st = types_of(it, p2, &types)))
+        return st;
+    if (it && it->kind == JV_FALSE)
+        m = 0; /* no item: [] alone */
+    else if (it && it->kind == JV_OBJECT && (jv_get(it, "enum") || jv_get(it, "const"))) {
+        if ((st = kept_values(c, it, p2, 0, &all, &l, &xs, &m)))
+            goto done;
+    } else if (only_type && types && !(types & ~(T_NULL | T_BOOL))) {
+        for (int k = 0; k < 3; k++)
+            if (types & (k ? T_BOOL : T_NULL))
+                fixed[m++] = lits[k];
+    } else
+        return unique_refused(path, "over items that are not a few values (an enum or const, booleans, "
+                                    "null): the grammar tracks which were used");
+    if (!(cls = k3_malloc((m + 1) * sizeof *cls))) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m; i++) { /* a value equal to an earlier one shares its class */
+        size_t j = 0;
+        while (xs && j < i && !value_eq(xs[i], xs[j], 0) && !value_eq(xs[i], xs[j], 1))
+            j++;
+        cls[i] = xs && j < i ? cls[j] : nc++;
+    }
+    if (nc > G_UQ_MAX) {
+        st = unique_refused(path, "over more than 16 distinct values (a grammar node per set of them)");
+        goto done;
+    }
+    mx = mx < 0 || mx > nc ? nc : mx;
+    if (mn > mx)
+        goto done; /* no array: nothing (g_finish reports a schema left with nothing) */
+    const lit_t *lv    = l ? l : fixed;
+    long long    nodes = 0;
+    for (uint32_t S = 0; S < 1u << nc; S++) {
+        int k = __builtin_popcount(S);
+        if (k > mx)
+            continue;
+        nodes += 3;
+        for (size_t i = 0; k < mx && i < m; i++)
+            nodes += !(S >> cls[i] & 1) ? (long long)lv[i].n : 0;
+    }
+    if (nodes > G_UQ_NODES) {
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: unsupported keyword \"uniqueItems\" at %s: its %d values' sets need %lld "
+                    "grammar nodes, more than %d (fewer values or a smaller maxItems fit)",
+                    path, nc, nodes, G_UQ_NODES);
+        goto done;
+    }
+    if (!(at = k3_malloc(((size_t)1 << nc) * sizeof *at))) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (uint32_t S = 0; S < 1u << nc; S++)
+        at[S] = -1;
+    if ((at[0] = node(c)) < 0)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    if (st || (st = g_byte(c->g, from, '[', '[', at[0])))
+        goto done;
+    for (uint32_t S = 0; S < 1u << nc && !st; S++) { /* a set's successors are greater: reached first */
+        int k = __builtin_popcount(S);
+        if (at[S] < 0 || k > mx)
+            continue;
+        if (k >= mn && (st = g_byte(c->g, at[S], ']', ']', to)))
+            break;
+        if (k == mx)
+            continue;
+        int start = k ? sep(c, at[S], ',') : at[S];
+        for (size_t i = 0; i < m && !st; i++) {
+            uint32_t T = S | 1u << cls[i];
+            if (T == S)
+                continue;
+            if (start < 0 || (at[T] < 0 && (at[T] = node(c)) < 0))
+                st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            else
+                st = g_lit(c->g, start, lv[i].p, lv[i].n, at[T]);
+        }
+    }
+done:
+    free(all.p), free(l), free(xs), free(cls), free(at);
     return st;
 }
 
@@ -2091,8 +2633,11 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
                 types |= T_ARR;
             else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
                 types |= T_STR;
-            else if (strstr(k, "imum") || !strcmp(k, "multipleOf"))
-                types |= T_INT;
+            else if (strstr(k, "imum") || !strcmp(k, "multipleOf")) /* a fraction's multiples: numbers */
+                types |= !strcmp(k, "multipleOf") && s->items[i].kind == JV_FLOAT &&
+                                 s->items[i].d != floor(s->items[i].d)
+                             ? T_NUM
+                             : T_INT;
         }
         if (!types) {
             int start;
@@ -2105,12 +2650,12 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
-    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples of an integer are integers */
-        st = emit_integer(c, s, path, from, to);
+    if ((types & T_NUM) && jv_get(s, "multipleOf")) /* the multiples, within the bounds */
+        st = emit_integer(c, s, path, 1, from, to);
     else if (types & T_NUM)
         st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
-        st = emit_integer(c, s, path, from, to);
+        st = emit_integer(c, s, path, 0, from, to);
     if (st || ((types & T_STR) && (st = emit_string(c, s, path, from, to))) ||
         ((types & T_ARR) && (st = emit_array(c, s, path, from, to))) ||
         ((types & T_OBJ) && (st = emit_object(c, s, path, from, to))))
