@@ -135,6 +135,7 @@ struct k3_grammar {
 int32_t *g_index_build(int cap, int n, uint32_t (*hash)(const void *ctx, int i), const void *ctx);
 
 /* ---- building (gram.c) ---- */
+k3_status g_nomem(void);             /* K3_ERR_NOMEM, "grammar: out of memory" */
 int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
 k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);
@@ -254,9 +255,10 @@ typedef struct g_format {
 } g_format;
 
 /* gram-schema.c: the walk and its small pieces */
-int       sc_annotation(const char *k);                                /* a keyword that constrains nothing */
-int       sc_keyword(const char *k);                                   /* a keyword the compiler writes */
-k3_status sc_bad(const char *path, const char *key, const char *want); /* K3_ERR_ARG */
+int       sc_annotation(const char *k); /* a keyword that constrains nothing */
+int       sc_keyword(const char *k);    /* a keyword the compiler writes */
+k3_status sc_alone(const jv *s, const char *key, const char *path, const char *why);   /* only key */
+k3_status sc_bad(const char *path, const char *key, const char *want);                 /* K3_ERR_ARG */
 k3_status sc_unsupported(const char *path, const char *key, const char *why);          /* why may be NULL */
 void      sc_sub(char *out, size_t n, const char *path, const char *a, const char *b); /* path/a[/b] */
 k3_status sc_count(const jv *s, const char *key, const char *path, long def, long *out);

@@ -43,7 +43,7 @@ static int mod_tail(sc *c, int m, long long r, k3_status *st) {
     if (m == c->point && t >= 0) /* the fraction's digits begin: its point first */
         in = sc_node(c), *st = in < 0 ? K3_OK : g_byte(c->g, t, '.', '.', in);
     if (in < 0)
-        return *st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), -1;
+        return *st = g_nomem(), -1;
     c->tkey[h] = key, c->tval[h] = t; /* claimed before the recursion fills more slots */
     for (int d = 0; d < 10 && !*st; d++) {
         int nx = mod_tail(c, m - 1, (10 * cls + d) % c->mod, st);
@@ -62,9 +62,8 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, long long 
     if (n == 0)
         return r ? K3_OK : g_eps(c->g, from, to);
     if (n == c->point) {
-        int       p = sc_node(c);
-        k3_status st =
-            p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_byte(c->g, from, '.', '.', p);
+        int       p  = sc_node(c);
+        k3_status st = p < 0 ? g_nomem() : g_byte(c->g, from, '.', '.', p);
         if (st)
             return st;
         from = p;
@@ -92,8 +91,7 @@ static k3_status digits_from(sc *c, const char *lo, const char *hi, int n, long 
             k3_status st = K3_OK;
             if (k && n - k == c->point) {
                 int p = sc_node(c);
-                if ((st = p < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
-                                : g_byte(c->g, cur, '.', '.', p)))
+                if ((st = p < 0 ? g_nomem() : g_byte(c->g, cur, '.', '.', p)))
                     return st;
                 cur = p;
             }
@@ -306,7 +304,7 @@ static k3_status frac_range(sc *c, const char *a, const char *b, int from, int t
         return st;
     int first = AT(0, 3);
     if (first < 0 || (st = g_byte(c->g, from, '.', '.', first)))
-        return first < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : st;
+        return first < 0 ? g_nomem() : st;
     for (int k = 0; k <= 16 && !st; k++)
         for (int t = 0; t < 4 && !st; t++) {
             int n = nd[k][t];
@@ -324,7 +322,7 @@ static k3_status frac_range(sc *c, const char *a, const char *b, int from, int t
                     while (d1 + 1 <= hi && !((t & 1 && d1 + 1 == a[k]) || (t & 2 && d1 + 1 == b[k])))
                         d1++;
                 nx = AT(k + 1, tt);
-                st = nx < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_byte(c->g, n, d, d1, nx);
+                st = nx < 0 ? g_nomem() : g_byte(c->g, n, d, d1, nx);
                 d  = d1;
             }
         }
@@ -346,7 +344,7 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
             continue;
         int m = sc_node(c);
         if (m < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         const char *a = k == 0 ? f0 : "0000000000000000", *b = k == 1 || i0 == i1 ? f1 : "9999999999999999";
         if (!(st = int_range(c, x, y, from, m)))
             st = frac_range(c, a, b, m, to);
@@ -402,7 +400,7 @@ k3_status sc_emit_number_range(sc *c, const jv *s, const char *path, int from, i
     if (lo <= 0) {
         int minus = sc_node(c);
         if (minus < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         if ((st = g_byte(c->g, from, '-', '-', minus)) ||
             (st = dec_range(c, hi < 0 ? -hi : 0, -lo, minus, to)))
             return st;
@@ -646,7 +644,7 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
     dm      D = {0};
     int32_t path_st[24], *gid = NULL, *stack = NULL;
     if (!t)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     for (long long j = x0; j <= x1; j++) { /* X = j * a; its double is X / 10^k rounded once */
         long long X = j * a, ax = X < 0 ? -X : X;
         double    q = ((double)X / pw) / d;
@@ -721,7 +719,7 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
     }
     goto done;
 nomem:
-    st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    st = g_nomem();
 done:
     free(t), free(D.st), free(D.reg), free(D.freel), free(gid), free(stack);
     return st;
@@ -787,7 +785,7 @@ k3_status sc_emit_integer(sc *c, const jv *s, const char *path, int num, int fro
     c->tkey = k3_malloc((size_t)c->tcap * sizeof *c->tkey);
     c->tval = k3_malloc((size_t)c->tcap * sizeof *c->tval);
     if (!c->tkey || !c->tval)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
     for (int i = 0; !st && i < c->tcap; i++)
         c->tkey[i] = -1;
     c->pw[0] = 1;

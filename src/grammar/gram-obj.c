@@ -21,7 +21,7 @@ static k3_status extra_key(sc *c, const jv *props, int from, int to) {
     int      *depth = k3_calloc(MAXT, sizeof *depth);
     k3_status st    = K3_OK;
     if (!kid || !term || !id || !depth) {
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
         goto done;
     }
     for (size_t i = 0; props && i < props->n; i++) {
@@ -115,7 +115,7 @@ k3_status sc_owned(sc *c, jbuf *b, k3_status st, const jv **out) {
     if (!st && !(st = jv_parse(b->p, b->n, &m))) {
         jv **o = k3_grow(c->owned, &c->cap_owned, (size_t)c->n_owned + 1, sizeof *o, 8);
         if (!o)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
+            st = g_nomem(), jv_free(m);
         else
             c->owned = o, o[c->n_owned++] = m, *out = m;
     }
@@ -202,13 +202,13 @@ k3_status sc_emit_object(sc *c, const jv *s, const char *path, int from, int to)
         if ((st = jv_dump_str(k->s, k->n, &kb)))
             return st;
         int com = sc_sep(c, B, ',');
-        st      = com < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_lit(c->g, A, kb.p, kb.n, K);
+        st      = com < 0 ? g_nomem() : g_lit(c->g, A, kb.p, kb.n, K);
         if (!st)
             st = g_lit(c->g, com, kb.p, kb.n, K);
         free(kb.p);
         int col = st ? -1 : sc_sep(c, K, ':');
         if (st || col < 0)
-            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return st ? st : g_nomem();
         snprintf(p2, sizeof p2, "%s/properties/%.*s", path, (int)(k->n > 200 ? 200 : k->n), k->s);
         if ((st = sc_emit(c, &props->items[i], p2, col, V)) || (st = g_eps(c->g, V, B2)))
             return st;
@@ -226,12 +226,12 @@ k3_status sc_emit_object(sc *c, const jv *s, const char *path, int from, int to)
     for (int k = 0; k < G_EXTRA_MAX; k++) {
         int K = sc_node(c), V = sc_node(c), ca = sc_sep(c, k ? cur : B, ','), col;
         if (ca < 0 || V < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         if ((!k && (st = extra_key(c, props, A, K))) || (st = extra_key(c, props, ca, K)))
             return st;
         if ((col = sc_sep(c, K, ':')) < 0 || (st = sc_call(c, vs, p2, col, V)) ||
             (st = g_byte(c->g, V, '}', '}', to)))
-            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return st ? st : g_nomem();
         cur = V;
     }
     return K3_OK;
@@ -281,7 +281,7 @@ k3_status sc_emit_array(sc *c, const jv *s, const char *path, int from, int to) 
         else
             sc_sub(p2, sizeof p2, path, "items", NULL);
         if (at < 0 || (st = sc_call(c, el, p2, at, nx)))
-            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return st ? st : g_nomem();
         cur = nx;
     }
     if ((st = g_byte(c->g, cur, ']', ']', to)) || mx >= 0)
@@ -295,6 +295,6 @@ k3_status sc_emit_array(sc *c, const jv *s, const char *path, int from, int to) 
     }
     int at = sc_sep(c, cur, ',');
     if (at < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     return sc_call(c, items, p2, at, cur);
 }

@@ -36,7 +36,7 @@ static k3_status utf8_multi(k3_grammar *g, int from, int to) {
     int       c1 = g_node_new(g), c2 = g_node_new(g), c3 = g_node_new(g);
     k3_status st = K3_OK;
     if (c1 < 0 || c2 < 0 || c3 < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     int e0 = g_node_new(g), ed = g_node_new(g), f0 = g_node_new(g), f4 = g_node_new(g);
     if ((st = g_byte(g, c1, 0x80, 0xbf, to)) || (st = g_byte(g, c2, 0x80, 0xbf, c1)) ||
         (st = g_byte(g, c3, 0x80, 0xbf, c2)) || (st = g_byte(g, from, 0xc2, 0xdf, c1)) ||
@@ -59,7 +59,7 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
     int e = g_node_new(g), u1 = g_node_new(g), u2 = g_node_new(g), u3 = g_node_new(g), u4 = g_node_new(g),
         d2 = g_node_new(g);
     if (d2 < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     if ((st = g_byte(g, from, 0x20, 0x21, to)) || (st = g_byte(g, from, 0x23, 0x5b, to)) ||
         (st = g_byte(g, from, 0x5d, 0x7f, to)) || (st = utf8_multi(g, from, to)) ||
         (st = g_byte(g, from, '\\', '\\', e)) || (st = g_byte(g, e, '"', '"', to)) ||
@@ -87,7 +87,7 @@ k3_status g_fill(k3_grammar *g, int raw, int from, int to) {
     if (g->free_fill) { /* any text: a loop of characters on a node of its own */
         int n = g_node_new(g);
         if (!st && n < 0)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            st = g_nomem();
         if (st || (st = g_eps(g, from, n)) || (st = g_eps(g, n, to)))
             return st;
         return raw ? ((st = g_byte(g, n, 0x00, 0x7f, n)) ? st : g_raw_multi(g, n, n)) : g_str_char(g, n, n);
@@ -276,8 +276,7 @@ static void emit_utf8(re_p *p, uint32_t lo, uint32_t hi, int from, int to) {
     jv_utf8(lo, a), jv_utf8(hi, b);
     for (int k = 0, cur = from; k < len && !p->st; k++) {
         int nx = k + 1 == len ? to : g_node_new(p->g);
-        p->st  = nx < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
-                        : g_byte(p->g, cur, (uint8_t)a[k], (uint8_t)b[k], nx);
+        p->st  = nx < 0 ? g_nomem() : g_byte(p->g, cur, (uint8_t)a[k], (uint8_t)b[k], nx);
         cur    = nx;
     }
 }
@@ -332,7 +331,7 @@ static void emit_escapes(re_p *p, char (*esc)[8], int n, int from, int to) {
             l++;
         for (size_t j = l + 1; j < len && !p->st; j++)
             if ((at[j] = g_node_new(p->g)) < 0)
-                p->st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+                p->st = g_nomem();
             else
                 p->st = g_byte(p->g, at[j - 1], (uint8_t)esc[i][j - 1], (uint8_t)esc[i][j - 1], at[j]);
         for (k = i + 1; k < n && strlen(esc[k]) == len && !memcmp(esc[k], esc[i], len - 1) &&
@@ -651,7 +650,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     int anch_s = n && re[0] == '^', anch_e = n && re[n - 1] == '$' && bs % 2 == 0;
     int a = g_node_new(g), b = g_node_new(g);
     if (a < 0 || b < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     p.i = (size_t)anch_s;
     p.n = n - (size_t)anch_e;
     if (re_alt(&p, 1, a, b))
@@ -871,7 +870,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
             break;
         s[f]->free_fill = mn > 0 || mx >= 0; /* a bound: the counter bounds the free text */
         if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            st = g_nomem();
         else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
             long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
             far     = far < 0 || lf < far ? lf : far;
@@ -949,7 +948,7 @@ fail:
                     "automata's product needs more than %d grammar nodes (a simpler pattern fits)",
                     path, G_LEN_MAX_NODES);
     else if (!st)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
 done:
     free(P.e), free(P.hash), free(P.rep);
     k3_grammar_free(s[0]), k3_grammar_free(s[1]);

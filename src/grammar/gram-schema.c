@@ -60,6 +60,14 @@ int sc_keyword(const char *k) {
     return in_list(k, keywords, sizeof keywords / sizeof *keywords);
 }
 
+/* K3_OK when s holds no keyword but key and annotations, else key refused at path (why). */
+k3_status sc_alone(const jv *s, const char *key, const char *path, const char *why) {
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->keys[k].s, key) && !sc_annotation(s->keys[k].s))
+            return sc_unsupported(path, key, why);
+    return K3_OK;
+}
+
 k3_status sc_bad(const char *path, const char *key, const char *want) {
     return k3_err(K3_ERR_ARG, "json schema: \"%s\" at %s: expected %s", key, path, want);
 }
@@ -116,7 +124,7 @@ static k3_status any_rule(sc *c, int *start) {
     int       st0 = sc_node(c), end = sc_node(c);
     k3_status st;
     if (end < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     c->g->node[end].ret = 1;
     c->any              = st0;
     *start              = st0;
@@ -130,7 +138,7 @@ static k3_status any_rule(sc *c, int *start) {
     if (col < 0 || (st = g_call(c->g, col, st0, v1)) || (st = g_eps(c->g, v1, oc)) ||
         (st = g_byte(c->g, oc, '}', '}', end)) || (com = sc_sep(c, oc, ',')) < 0 ||
         (st = g_byte(c->g, com, '"', '"', k1)))
-        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return st ? st : g_nomem();
     /* array: [ (V (,V)*)? ] */
     int a = sc_node(c), a1 = sc_node(c);
     if ((st = g_byte(c->g, st0, '[', '[', a)) || (st = g_byte(c->g, a, ']', ']', end)) ||
@@ -138,7 +146,7 @@ static k3_status any_rule(sc *c, int *start) {
         return st;
     int ac = sc_sep(c, a1, ',');
     if (ac < 0 || (st = g_call(c->g, ac, st0, a1)))
-        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return st ? st : g_nomem();
     static const jv str = {.kind = JV_OBJECT};
     if ((st = sc_emit_string(c, &str, "#", st0, end)) || (st = sc_emit_number(c, st0, end)) ||
         (st = sc_lit(c, st0, "true", end)) || (st = sc_lit(c, st0, "false", end)) ||
@@ -272,7 +280,7 @@ k3_status sc_resolve(sc *c, const jv *ref, const char *path, const jv **out) {
         size_t n    = 0;
         int    deep = 0;
         if (!name)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         for (const char *p = ref->s + l; *p; p++) {
             int hi = p[0] == '%' ? sc_hex_val(p[1]) : -1, lo = hi >= 0 ? sc_hex_val(p[2]) : -1;
             name[n++] = lo >= 0 ? (char)(hi << 4 | lo) : *p;
@@ -346,9 +354,8 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
         return sc_bad(path, "allOf", "a non-empty array of schemas");
     if (all->n > 64)
         return sc_unsupported(path, "allOf", "more than 64 branches");
-    for (size_t k = 0; k < s->n; k++)
-        if (strcmp(s->keys[k].s, "allOf") && !sc_annotation(s->keys[k].s))
-            return sc_unsupported(path, "allOf", "with sibling keywords");
+    if ((st = sc_alone(s, "allOf", path, "with sibling keywords")))
+        return st;
     for (nb = 0; nb < all->n; nb++) {
         const jv *x = &all->items[nb], *ref;
         int       t = 0;
@@ -474,9 +481,8 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     k3_status st;
     if (l->kind != JV_ARRAY || l->n == 0)
         return sc_bad(path, key, "a non-empty array of schemas");
-    for (size_t k = 0; k < s->n; k++)
-        if (strcmp(s->keys[k].s, key) && !sc_annotation(s->keys[k].s))
-            return sc_unsupported(path, key, "with sibling keywords (put them in each branch)");
+    if ((st = sc_alone(s, key, path, "with sibling keywords (put them in each branch)")))
+        return st;
     for (size_t i = 0; !strcmp(key, "oneOf") && i < l->n; i++) /* pairwise disjoint */
         for (size_t j = 0; j < i; j++) {
             int t = sc_schema_types(c, &l->items[i], 0) & sc_schema_types(c, &l->items[j], 0);
@@ -524,11 +530,9 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     const jv *v;
     if ((v = jv_get(s, "$ref"))) {
         const jv *t;
-        for (size_t k = 0; k < s->n; k++)
-            if (strcmp(s->keys[k].s, "$ref") && !sc_annotation(s->keys[k].s))
-                return sc_unsupported(path, "$ref", "with sibling keywords");
-        int start;
-        if ((st = sc_resolve(c, v, path, &t)) || (st = rule_of(c, t, path, &start)))
+        int       start;
+        if ((st = sc_alone(s, "$ref", path, "with sibling keywords")) || (st = sc_resolve(c, v, path, &t)) ||
+            (st = rule_of(c, t, path, &start)))
             return st;
         return g_call(c->g, from, start, to);
     }
@@ -538,9 +542,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return emit_alts(c, s, "oneOf", path, from, to);
     if ((v = jv_get(s, "allOf")) && v->kind == JV_ARRAY && v->n == 1) { /* the branch itself */
         char p2[512];
-        for (size_t k = 0; k < s->n; k++)
-            if (strcmp(s->keys[k].s, "allOf") && !sc_annotation(s->keys[k].s))
-                return sc_unsupported(path, "allOf", "with sibling keywords");
+        if ((st = sc_alone(s, "allOf", path, "with sibling keywords")))
+            return st;
         snprintf(p2, sizeof p2, "%s/allOf/0", path);
         return sc_emit(c, &v->items[0], p2, from, to);
     }
@@ -612,13 +615,13 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
             return *start = c->rule[c->rh[k] - 1].start, K3_OK;
     sc_rule *r = k3_grow(c->rule, &c->cap_rule, (size_t)c->n_rule + 1, sizeof *r, 16);
     if (!r)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     c->rule = r;
     if (2 * (c->n_rule + 1) > c->rhcap) {
         int      cap = c->rhcap ? c->rhcap * 2 : 64;
         int32_t *h   = g_index_build(cap, c->n_rule, rule_hash_at, c);
         if (!h)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         free(c->rh);
         c->rh    = h;
         c->rhcap = cap;
@@ -627,7 +630,7 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     char *p = strdup(path);
     if (e < 0 || !p) {
         free(p);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     uint32_t k = rule_hash(s) & (uint32_t)(c->rhcap - 1);
     while (c->rh[k])
@@ -663,7 +666,7 @@ static k3_status chat_close(sc *c) {
         y = sc_node(c);
     k3_status st;
     if (y < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     c->g->node[e].ret = 1;
     if ((st = g_call(c->g, s, c->g->root, d)) || (st = g_eps(c->g, d, e)) ||
         (st = g_special(c->g, d, v->id_close, a)) || (st = sc_lit(c, a, "response", b)) ||
@@ -720,7 +723,7 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
         int             start, b = sc_node(&c), e = sc_node(&c);
         static const jv obj = {.kind = JV_OBJECT};
         if (e < 0) {
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            st = g_nomem();
             goto done;
         }
         c.g->node[e].ret = 1;

@@ -187,7 +187,7 @@ static int fmt_date_time(const char *s, size_t n) {
 
 static int hex_at(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i])
+        if (sc_hex_val(s[i]) < 0)
             return 0;
     return 1;
 }
@@ -376,14 +376,14 @@ k3_status sc_pattern_ok(sc *c, const jv *re, const jv *x, const char *path, int 
         k3_status   st;
         sc_pat     *p = k3_grow(c->pat, &c->cap_pat, (size_t)c->n_pat + 1, sizeof *p, 4);
         if (!p)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         c->pat = p;
         if ((st = g_new(c->g->voc, "json schema", &g)))
             return st;
         g->free_fill = 1;
         int b = g_node_new(g), e = g_node_new(g);
         if (e < 0)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            st = g_nomem();
         else {
             g->node[e].ret = 1, g->root = b;
             if (!(st = g_pattern(g, re->s, re->n, path, 1, b, e)) && g_finish(g) == K3_ERR_ARG)

@@ -79,7 +79,7 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
     k3_status        st;
     int              s = sc_node(c), end = sc_node(c);
     if (end < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     c->g->node[end].ret = 1;
     *start              = s;
     snprintf(path, sizeof path, "tools[%s].parameters", name);
@@ -119,7 +119,7 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
                                   "a tool argument needs exactly one type (its XTML type attribute)");
         int nx = sc_node(c), a = sc_node(c), b = sc_node(c), d = sc_node(c), e = sc_node(c), f = sc_node(c);
         if (f < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            return g_nomem();
         if (!sc_has_name(req, k) && (st = g_eps(c->g, cur, nx)))
             return st;
         char tail[64];
@@ -159,7 +159,7 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
     const char **names = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *names);
     size_t      *nlen  = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *nlen);
     if (!args || !names || !nlen) {
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
         goto tools_done;
     }
     for (size_t i = 0; js->kind == JV_ARRAY && i < js->n && !st; i++) {
@@ -179,7 +179,7 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
     int top = sc_node(&c), end = sc_node(&c), r = sc_node(&c), r1 = sc_node(&c), r2 = sc_node(&c),
         k0 = sc_node(&c);
     if (!st && end < 0)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
     if (st)
         goto tools_done;
     c.g->node[end].ret = 1;

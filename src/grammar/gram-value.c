@@ -48,7 +48,7 @@ static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
         max = l[i].n > max ? l[i].n : max;
     int *at = k3_malloc((max + 1) * sizeof *at); /* at[k]: the node after k bytes of the last one */
     if (!at)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     qsort(l, n, sizeof *l, lit_cmp);
     at[0] = from;
     for (size_t i = 0; i < n && !st; i++) {
@@ -381,7 +381,7 @@ static k3_status kept_values(sc *c, const jv *s, const char *path, int raw, jbuf
     *l          = k3_malloc((n + 1) * sizeof **l);
     *xs         = k3_malloc((n + 1) * sizeof **xs);
     if (!end || !*l || !*xs)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
     for (size_t i = 0; i < n && !st; i++) {
         const jv *x  = key[0] == 'c' ? v : &v->items[i];
         int       ok = !raw || x->kind == JV_STRING;
@@ -436,10 +436,8 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
         return unique_refused(path, "beside prefixItems (only over items of a few values)");
     sc_sub(p2, sizeof p2, path, "items", NULL);
     for (int hop = 0; it && it->kind == JV_OBJECT && jv_get(it, "$ref") && hop < 64; hop++) {
-        for (size_t k = 0; k < it->n; k++)
-            if (strcmp(it->keys[k].s, "$ref") && !sc_annotation(it->keys[k].s))
-                return sc_unsupported(p2, "$ref", "with sibling keywords");
-        if ((st = sc_resolve(c, jv_get(it, "$ref"), p2, &it)))
+        if ((st = sc_alone(it, "$ref", p2, "with sibling keywords")) ||
+            (st = sc_resolve(c, jv_get(it, "$ref"), p2, &it)))
             return st;
     }
     int only_type = it && it->kind == JV_OBJECT;
@@ -460,7 +458,7 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
         return unique_refused(path, "over items that are not a few values (an enum or const, booleans, "
                                     "null): the grammar tracks which were used");
     if (!(cls = k3_malloc((m + 1) * sizeof *cls))) {
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
         goto done;
     }
     for (size_t i = 0; i < m; i++) { /* a value equal to an earlier one shares its class */
@@ -494,13 +492,13 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
         goto done;
     }
     if (!(at = k3_malloc(((size_t)1 << nc) * sizeof *at))) {
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
         goto done;
     }
     for (uint32_t S = 0; S < 1u << nc; S++)
         at[S] = -1;
     if ((at[0] = sc_node(c)) < 0)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
     if (st || (st = g_byte(c->g, from, '[', '[', at[0])))
         goto done;
     for (uint32_t S = 0; S < 1u << nc && !st; S++) { /* a set's successors are greater: reached first */
@@ -517,7 +515,7 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
             if (T == S)
                 continue;
             if (start < 0 || (at[T] < 0 && (at[T] = sc_node(c)) < 0))
-                st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+                st = g_nomem();
             else
                 st = g_lit(c->g, start, lv[i].p, lv[i].n, at[T]);
         }
