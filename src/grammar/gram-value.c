@@ -419,22 +419,15 @@ static k3_status unique_refused(const char *path, const char *why) {
     return sc_unsupported(path, "uniqueItems", why);
 }
 
-k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to) {
+/* The values of items it (through $refs; p2 its path): an enum's or const's that its other
+ * keywords allow (kept_values: texts *l into all->p, values *xs), or null, true and false as its
+ * type allows (into fixed, *xs NULL); *m of them, none for items false. Anything else is refused.
+ * The caller frees all->p, *l and *xs. */
+static k3_status unique_values(sc *c, const jv *it, const char *path, const char *p2, jbuf *all, lit_t **l,
+                               const jv ***xs, lit_t fixed[3], size_t *m) {
     static const lit_t lits[3] = {{"null", 4}, {"true", 4}, {"false", 5}};
-    const jv          *it      = jv_get(s, "items");
-    char               p2[512];
-    long               mn, mx;
     k3_status          st;
-    jbuf               all = {0};
-    lit_t             *l   = NULL, fixed[3];
-    const jv         **xs  = NULL;
-    size_t             m   = 0;
-    int               *cls = NULL, *at = NULL, nc = 0, types = 0;
-    if ((st = sc_count(s, "minItems", path, 0, &mn)) || (st = sc_count(s, "maxItems", path, -1, &mx)))
-        return st;
-    if (jv_get(s, "prefixItems"))
-        return unique_refused(path, "beside prefixItems (only over items of a few values)");
-    sc_sub(p2, sizeof p2, path, "items", NULL);
+    int                types = 0;
     for (int hop = 0; it && it->kind == JV_OBJECT && jv_get(it, "$ref") && hop < 64; hop++) {
         if ((st = sc_alone(it, "$ref", p2, "with sibling keywords")) ||
             (st = sc_resolve(c, jv_get(it, "$ref"), p2, &it)))
@@ -445,37 +438,24 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
         only_type = !strcmp(it->keys[k].s, "type") || sc_annotation(it->keys[k].s);
     if (only_type && (st = sc_types_of(it, p2, &types)))
         return st;
+    *m = 0;
     if (it && it->kind == JV_FALSE)
-        m = 0; /* no item: [] alone */
-    else if (it && it->kind == JV_OBJECT && (jv_get(it, "enum") || jv_get(it, "const"))) {
-        if ((st = kept_values(c, it, p2, 0, &all, &l, &xs, &m)))
-            goto done;
-    } else if (only_type && types && !(types & ~(T_NULL | T_BOOL))) {
-        for (int k = 0; k < 3; k++)
-            if (types & (k ? T_BOOL : T_NULL))
-                fixed[m++] = lits[k];
-    } else
+        return K3_OK; /* no item: [] alone */
+    if (it && it->kind == JV_OBJECT && (jv_get(it, "enum") || jv_get(it, "const")))
+        return kept_values(c, it, p2, 0, all, l, xs, m);
+    if (!(only_type && types && !(types & ~(T_NULL | T_BOOL))))
         return unique_refused(path, "over items that are not a few values (an enum or const, booleans, "
                                     "null): the grammar tracks which were used");
-    if (!(cls = k3_malloc((m + 1) * sizeof *cls))) {
-        st = g_nomem();
-        goto done;
-    }
-    for (size_t i = 0; i < m; i++) { /* a value equal to an earlier one shares its class */
-        size_t j = 0;
-        while (xs && j < i && !value_eq(xs[i], xs[j], 0) && !value_eq(xs[i], xs[j], 1))
-            j++;
-        cls[i] = xs && j < i ? cls[j] : nc++;
-    }
-    if (nc > G_UQ_MAX) {
-        st = unique_refused(path, "over more than 16 distinct values (a grammar node per set of them)");
-        goto done;
-    }
-    mx = mx < 0 || mx > nc ? nc : mx;
-    if (mn > mx)
-        goto done; /* no array: nothing (g_finish reports a schema left with nothing) */
-    const lit_t *lv    = l ? l : fixed;
-    long long    nodes = 0;
+    for (int k = 0; k < 3; k++)
+        if (types & (k ? T_BOOL : T_NULL))
+            fixed[(*m)++] = lits[k];
+    return K3_OK;
+}
+
+/* The nodes the sets of at most mx of the nc value classes take (3 each, and each value's text
+ * a set without its class leads on with). */
+static long long unique_nodes(const lit_t *lv, const int *cls, size_t m, int nc, long mx) {
+    long long nodes = 0;
     for (uint32_t S = 0; S < 1u << nc; S++) {
         int k = __builtin_popcount(S);
         if (k > mx)
@@ -484,23 +464,24 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
         for (size_t i = 0; k < mx && i < m; i++)
             nodes += !(S >> cls[i] & 1) ? (long long)lv[i].n : 0;
     }
-    if (nodes > G_UQ_NODES) {
-        st = k3_err(K3_ERR_UNSUPPORTED,
-                    "json schema: unsupported keyword \"uniqueItems\" at %s: its %d values' sets need %lld "
-                    "grammar nodes, more than %d (fewer values or a smaller maxItems fit)",
-                    path, nc, nodes, G_UQ_NODES);
-        goto done;
-    }
-    if (!(at = k3_malloc(((size_t)1 << nc) * sizeof *at))) {
-        st = g_nomem();
-        goto done;
-    }
+    return nodes;
+}
+
+/* '[', then from each set S of the classes used (a node each) ']' once S has mn of them, and while
+ * it has fewer than mx, each value lv[i] of a class not in S (after a ',' but first) to the set
+ * with its class added. */
+static k3_status unique_write(sc *c, const lit_t *lv, const int *cls, size_t m, int nc, long mn, long mx,
+                              int from, int to) {
+    int      *at = k3_malloc(((size_t)1 << nc) * sizeof *at);
+    k3_status st = K3_OK;
+    if (!at)
+        return g_nomem();
     for (uint32_t S = 0; S < 1u << nc; S++)
         at[S] = -1;
     if ((at[0] = sc_node(c)) < 0)
         st = g_nomem();
-    if (st || (st = g_byte(c->g, from, '[', '[', at[0])))
-        goto done;
+    if (!st)
+        st = g_byte(c->g, from, '[', '[', at[0]);
     for (uint32_t S = 0; S < 1u << nc && !st; S++) { /* a set's successors are greater: reached first */
         int k = __builtin_popcount(S);
         if (at[S] < 0 || k > mx)
@@ -520,7 +501,53 @@ k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to
                 st = g_lit(c->g, start, lv[i].p, lv[i].n, at[T]);
         }
     }
+    free(at);
+    return st;
+}
+
+k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to) {
+    char       p2[512];
+    long       mn, mx;
+    k3_status  st;
+    jbuf       all = {0};
+    lit_t     *l   = NULL, fixed[3];
+    const jv **xs  = NULL;
+    size_t     m   = 0;
+    int       *cls = NULL, nc = 0;
+    if ((st = sc_count(s, "minItems", path, 0, &mn)) || (st = sc_count(s, "maxItems", path, -1, &mx)))
+        return st;
+    if (jv_get(s, "prefixItems"))
+        return unique_refused(path, "beside prefixItems (only over items of a few values)");
+    sc_sub(p2, sizeof p2, path, "items", NULL);
+    if ((st = unique_values(c, jv_get(s, "items"), path, p2, &all, &l, &xs, fixed, &m)))
+        goto done;
+    if (!(cls = k3_malloc((m + 1) * sizeof *cls))) {
+        st = g_nomem();
+        goto done;
+    }
+    for (size_t i = 0; i < m; i++) { /* a value equal to an earlier one shares its class */
+        size_t j = 0;
+        while (xs && j < i && !value_eq(xs[i], xs[j], 0) && !value_eq(xs[i], xs[j], 1))
+            j++;
+        cls[i] = xs && j < i ? cls[j] : nc++;
+    }
+    if (nc > G_UQ_MAX) {
+        st = unique_refused(path, "over more than 16 distinct values (a grammar node per set of them)");
+        goto done;
+    }
+    mx = mx < 0 || mx > nc ? nc : mx;
+    if (mn > mx)
+        goto done; /* no array: nothing (g_finish reports a schema left with nothing) */
+    const lit_t *lv    = l ? l : fixed;
+    long long    nodes = unique_nodes(lv, cls, m, nc, mx);
+    if (nodes > G_UQ_NODES)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: unsupported keyword \"uniqueItems\" at %s: its %d values' sets need %lld "
+                    "grammar nodes, more than %d (fewer values or a smaller maxItems fit)",
+                    path, nc, nodes, G_UQ_NODES);
+    else
+        st = unique_write(c, lv, cls, m, nc, mn, mx, from, to);
 done:
-    free(all.p), free(l), free(xs), free(cls), free(at);
+    free(all.p), free(l), free(xs), free(cls);
     return st;
 }
