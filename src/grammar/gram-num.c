@@ -621,30 +621,17 @@ static int text_cmp(const void *a, const void *b) {
     return strcmp(a, b);
 }
 
-/* The multiples X * 10^-k of a * 10^-k (X in [lo, hi], |X| <= 2^53) that validators take too, as
- * texts with k fraction digits, from -> to. Refused past G_LIST_MAX multiples or G_LIST_NODES
- * states. */
-static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo, long long hi, long long a,
-                             int k, int from, int to) {
-    typedef char text[20]; /* '-', 16 digits, '.', NUL */
-    double       d = sc_number(jv_get(s, "multipleOf")), pw = 1;
-    long long    x0 = lo >= 0 ? (lo + a - 1) / a : -(-lo / a), x1 = hi >= 0 ? hi / a : -((-hi + a - 1) / a);
-    k3_status    st = K3_OK;
+typedef char g_text[20]; /* a multiple's text: '-', 16 digits, '.', NUL */
+
+/* The texts (k fraction digits, at least one integer digit: "0.07") of the multiples j * a *
+ * 10^-k, j in [x0, x1], that validators take too: the double of the text (X / 10^k rounded once)
+ * over d (the multipleOf's double) an integer below 10^21. Into t (x1 - x0 + 1 of them at most),
+ * sorted; their count. */
+static size_t listed_texts(g_text *t, long long x0, long long x1, long long a, int k, double d) {
+    double pw = 1;
+    size_t n  = 0;
     for (int i = 0; i < k; i++)
         pw *= 10;
-    if (x0 > x1)
-        return K3_OK;          /* no multiple: nothing (g_finish reports a schema left with nothing) */
-    if (x1 - x0 >= G_LIST_MAX) /* without a bound: 2^53 units */
-        return odd_refused(path, a, k, d,
-                           "the ones both readings take are written only between a minimum and a maximum "
-                           "holding at most 1,048,576 multiples, each checked; an integer or a fraction over "
-                           "a power of 2 (0.5, 0.25, 0.125) is written without them");
-    text   *t = k3_malloc((size_t)(x1 - x0 + 1) * sizeof *t);
-    size_t  n = 0;
-    dm      D = {0};
-    int32_t path_st[24], *gid = NULL, *stack = NULL;
-    if (!t)
-        return g_nomem();
     for (long long j = x0; j <= x1; j++) { /* X = j * a; its double is X / 10^k rounded once */
         long long X = j * a, ax = X < 0 ? -X : X;
         double    q = ((double)X / pw) / d;
@@ -661,44 +648,54 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
         *o = 0, n++;
     }
     qsort(t, n, sizeof *t, text_cmp);
+    return n;
+}
+
+/* The minimal acyclic automaton of the n sorted texts t into D (its root *root): each text's
+ * path after the common prefix with the one before, that one's states past it folded
+ * (registered) first. Refused past G_LIST_NODES registered states (path: the schema's). */
+static k3_status dm_build(dm *D, g_text *t, size_t n, const char *path, int *root) {
+    int32_t     path_st[24];
     const char *prev = "";
     int         plen = 0;
-    if ((path_st[0] = dm_new(&D)) < 0)
-        goto nomem;
+    if ((*root = path_st[0] = dm_new(D)) < 0)
+        return g_nomem();
     for (size_t i = 0; i < n; i++) {
         int len = (int)strlen(t[i]), cp = 0;
         while (cp < plen && cp < len && prev[cp] == t[i][cp])
             cp++;
-        if (dm_fold(&D, path_st, prev, plen, cp))
-            goto nomem;
+        if (dm_fold(D, path_st, prev, plen, cp))
+            return g_nomem();
         for (int j = cp; j < len; j++) {
-            int q = dm_new(&D);
+            int q = dm_new(D);
             if (q < 0)
-                goto nomem;
-            D.st[path_st[j]].next[dm_sym(t[i][j])] = q, path_st[j + 1] = q;
+                return g_nomem();
+            D->st[path_st[j]].next[dm_sym(t[i][j])] = q, path_st[j + 1] = q;
         }
-        D.st[path_st[len]].final = 1;
+        D->st[path_st[len]].final = 1;
         prev = t[i], plen = len;
-        if (D.nreg > G_LIST_NODES) {
-            st = k3_err(K3_ERR_UNSUPPORTED,
-                        "json schema: unsupported keyword \"multipleOf\" at %s: the multiples validators "
-                        "take need more than %d grammar nodes (narrower bounds fit)",
-                        path, G_LIST_NODES);
-            goto done;
-        }
+        if (D->nreg > G_LIST_NODES)
+            return k3_err(K3_ERR_UNSUPPORTED,
+                          "json schema: unsupported keyword \"multipleOf\" at %s: the multiples validators "
+                          "take need more than %d grammar nodes (narrower bounds fit)",
+                          path, G_LIST_NODES);
     }
-    if (dm_fold(&D, path_st, prev, plen, 0))
-        goto nomem;
-    /* write the reachable states: the root is from; a final state moves to `to` */
-    int top = 0;
-    if (!(gid = k3_malloc((size_t)D.n * sizeof *gid)) || !(stack = k3_malloc((size_t)D.n * sizeof *stack)))
-        goto nomem;
-    for (int i = 0; i < D.n; i++)
+    return dm_fold(D, path_st, prev, plen, 0) ? g_nomem() : K3_OK;
+}
+
+/* D's states reachable from root as grammar nodes, root being from: a final state moves to `to`,
+ * digits into one state are one byte range. */
+static k3_status dm_write(sc *c, const dm *D, int root, int from, int to) {
+    int32_t  *gid = k3_malloc((size_t)D->n * sizeof *gid), *stack = k3_malloc((size_t)D->n * sizeof *stack);
+    int       top = 0;
+    k3_status st  = gid && stack ? K3_OK : g_nomem();
+    for (int i = 0; !st && i < D->n; i++)
         gid[i] = -1;
-    gid[path_st[0]] = from, stack[top++] = path_st[0];
+    if (!st)
+        gid[root] = from, stack[top++] = root;
     while (top && !st) {
-        const dm_state *q = &D.st[stack[--top]];
-        int             g = gid[q - D.st];
+        const dm_state *q = &D->st[stack[--top]];
+        int             g = gid[q - D->st];
         if (q->final && (st = g_eps(c->g, g, to)))
             break;
         for (int y = 0; y < 12 && !st; y++) {
@@ -708,8 +705,10 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
             while (y < 10 && y1 < 9 && q->next[y1 + 1] == r) /* digits to one state: one range */
                 y1++;
             if (gid[r] < 0) {
-                if ((gid[r] = sc_node(c)) < 0)
-                    goto nomem;
+                if ((gid[r] = sc_node(c)) < 0) {
+                    st = g_nomem();
+                    break;
+                }
                 stack[top++] = r;
             }
             int lo_ch = y < 10 ? '0' + y : y == 10 ? '.' : '-', hi_ch = y1 < 10 ? '0' + y1 : lo_ch;
@@ -717,11 +716,34 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
             y  = y1;
         }
     }
-    goto done;
-nomem:
-    st = g_nomem();
-done:
-    free(t), free(D.st), free(D.reg), free(D.freel), free(gid), free(stack);
+    free(gid), free(stack);
+    return st;
+}
+
+/* The multiples X * 10^-k of a * 10^-k (X in [lo, hi], |X| <= 2^53) that validators take too, as
+ * texts with k fraction digits, from -> to. Refused past G_LIST_MAX multiples or G_LIST_NODES
+ * states. */
+static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo, long long hi, long long a,
+                             int k, int from, int to) {
+    double    d  = sc_number(jv_get(s, "multipleOf"));
+    long long x0 = lo >= 0 ? (lo + a - 1) / a : -(-lo / a), x1 = hi >= 0 ? hi / a : -((-hi + a - 1) / a);
+    if (x0 > x1)
+        return K3_OK;          /* no multiple: nothing (g_finish reports a schema left with nothing) */
+    if (x1 - x0 >= G_LIST_MAX) /* without a bound: 2^53 units */
+        return odd_refused(path, a, k, d,
+                           "the ones both readings take are written only between a minimum and a maximum "
+                           "holding at most 1,048,576 multiples, each checked; an integer or a fraction over "
+                           "a power of 2 (0.5, 0.25, 0.125) is written without them");
+    g_text   *t = k3_malloc((size_t)(x1 - x0 + 1) * sizeof *t);
+    dm        D = {0};
+    int       root;
+    k3_status st;
+    if (!t)
+        return g_nomem();
+    size_t n = listed_texts(t, x0, x1, a, k, d);
+    if (!(st = dm_build(&D, t, n, path, &root)))
+        st = dm_write(c, &D, root, from, to);
+    free(t), free(D.st), free(D.reg), free(D.freel);
     return st;
 }
 
