@@ -512,22 +512,19 @@ k3_status sc_emit(sc *c, const jv *s, const char *path, int from, int to) {
     return st;
 }
 
-static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to) {
-    k3_status st;
-    if (s->kind == JV_TRUE) {
-        int start;
-        return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
-    }
-    if (s->kind == JV_FALSE)
-        return K3_OK;
-    if (s->kind != JV_OBJECT)
-        return k3_err(K3_ERR_ARG, "json schema: at %s: expected a schema (an object or a boolean)", path);
-    for (size_t i = 0; i < s->n; i++)
-        if (!sc_annotation(s->keys[i].s) && !sc_keyword(s->keys[i].s))
-            return sc_unsupported(path, s->keys[i].s, NULL);
-    if (s != c->root && jv_get(s, "$id")) /* a new base: "#/$defs/t" below it means its own $defs */
-        return sc_unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
+/* A call of the any-value rule from -> to. */
+static k3_status any_call(sc *c, int from, int to) {
+    int       start;
+    k3_status st = any_rule(c, &start);
+    return st ? st : g_call(c->g, from, start, to);
+}
+
+/* A schema of $ref (a call of its target's rule), anyOf, oneOf or allOf (of one schema: it; of
+ * objects: merged), which take no sibling keywords but annotations. */
+static k3_status emit_combined(sc *c, const jv *s, const char *path, int from, int to) {
     const jv *v;
+    k3_status st;
+    char      p2[512];
     if ((v = jv_get(s, "$ref"))) {
         const jv *t;
         int       start;
@@ -541,44 +538,40 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     if (jv_get(s, "oneOf"))
         return emit_alts(c, s, "oneOf", path, from, to);
     if ((v = jv_get(s, "allOf")) && v->kind == JV_ARRAY && v->n == 1) { /* the branch itself */
-        char p2[512];
         if ((st = sc_alone(s, "allOf", path, "with sibling keywords")))
             return st;
         snprintf(p2, sizeof p2, "%s/allOf/0", path);
         return sc_emit(c, &v->items[0], p2, from, to);
     }
-    if (jv_get(s, "allOf")) {
-        const jv *m = NULL;
-        char      p2[512];
-        sc_sub(p2, sizeof p2, path, "allOf", NULL);
-        return (st = merge_allof(c, s, path, &m)) ? st : sc_emit(c, m, p2, from, to);
+    const jv *m = NULL;
+    sc_sub(p2, sizeof p2, path, "allOf", NULL);
+    return (st = merge_allof(c, s, path, &m)) ? st : sc_emit(c, m, p2, from, to);
+}
+
+/* The types a schema without "type" is written as: what its keywords imply (0: none, any value). */
+static int implied_types(const jv *s) {
+    int types = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const char *k = s->keys[i].s;
+        if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "additionalProperties"))
+            types |= T_OBJ;
+        else if (!strcmp(k, "items") || !strcmp(k, "prefixItems") || strstr(k, "Items"))
+            types |= T_ARR;
+        else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
+            types |= T_STR;
+        else if (strstr(k, "imum") || !strcmp(k, "multipleOf")) /* a fraction's multiples: numbers */
+            types |= !strcmp(k, "multipleOf") && s->items[i].kind == JV_FLOAT &&
+                             s->items[i].d != floor(s->items[i].d)
+                         ? T_NUM
+                         : T_INT;
     }
-    int types;
-    if ((st = sc_types_of(s, path, &types)))
-        return st;
-    if (jv_get(s, "const") || jv_get(s, "enum"))
-        return sc_emit_enum(c, s, path, 0, from, to);
-    if (!types) { /* no type: what the keywords imply, else any value */
-        for (size_t i = 0; i < s->n; i++) {
-            const char *k = s->keys[i].s;
-            if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "additionalProperties"))
-                types |= T_OBJ;
-            else if (!strcmp(k, "items") || !strcmp(k, "prefixItems") || strstr(k, "Items"))
-                types |= T_ARR;
-            else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
-                types |= T_STR;
-            else if (strstr(k, "imum") || !strcmp(k, "multipleOf")) /* a fraction's multiples: numbers */
-                types |= !strcmp(k, "multipleOf") && s->items[i].kind == JV_FLOAT &&
-                                 s->items[i].d != floor(s->items[i].d)
-                             ? T_NUM
-                             : T_INT;
-        }
-        if (!types) {
-            int start;
-            return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
-        }
-    }
-    int nb = (types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") ||
+    return types;
+}
+
+/* The values of each of the types (T_*) that schema s allows, from -> to. */
+static k3_status emit_types(sc *c, const jv *s, const char *path, int types, int from, int to) {
+    k3_status st = K3_OK;
+    int       nb = (types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") ||
                                  jv_get(s, "exclusiveMinimum") || jv_get(s, "exclusiveMaximum"));
     if ((types & T_NULL) && (st = sc_lit(c, from, "null", to)))
         return st;
@@ -595,6 +588,31 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         ((types & T_OBJ) && (st = sc_emit_object(c, s, path, from, to))))
         return st;
     return K3_OK;
+}
+
+static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to) {
+    k3_status st;
+    int       types;
+    if (s->kind == JV_TRUE)
+        return any_call(c, from, to);
+    if (s->kind == JV_FALSE)
+        return K3_OK;
+    if (s->kind != JV_OBJECT)
+        return k3_err(K3_ERR_ARG, "json schema: at %s: expected a schema (an object or a boolean)", path);
+    for (size_t i = 0; i < s->n; i++)
+        if (!sc_annotation(s->keys[i].s) && !sc_keyword(s->keys[i].s))
+            return sc_unsupported(path, s->keys[i].s, NULL);
+    if (s != c->root && jv_get(s, "$id")) /* a new base: "#/$defs/t" below it means its own $defs */
+        return sc_unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
+    if (jv_get(s, "$ref") || jv_get(s, "anyOf") || jv_get(s, "oneOf") || jv_get(s, "allOf"))
+        return emit_combined(c, s, path, from, to);
+    if ((st = sc_types_of(s, path, &types)))
+        return st;
+    if (jv_get(s, "const") || jv_get(s, "enum"))
+        return sc_emit_enum(c, s, path, 0, from, to);
+    if (!types && !(types = implied_types(s))) /* no type: what the keywords imply, else any value */
+        return any_call(c, from, to);
+    return emit_types(c, s, path, types, from, to);
 }
 
 static uint32_t rule_hash(const jv *s) {
