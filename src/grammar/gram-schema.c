@@ -340,24 +340,21 @@ static int allowed(const jv *const *br, size_t nb, const char *nm) {
     return 1;
 }
 
-/* allOf of object schemas: one object schema, built as JSON text and parsed. A branch with
- * additionalProperties false allows only the names it declares, so a name is kept when every
- * closed branch declares it; a name two branches declare must have the same schema in both;
- * required names are the union (one a closed branch excludes: no document satisfies it). */
-static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **out) {
-    const jv *all   = jv_get(s, "allOf"), *br[64];
-    jbuf      b     = {0};
-    k3_status st    = K3_OK;
-    int       nprop = 0, nreq = 0, closed = 0;
-    size_t    nb;
+/* allOf's branches (s's, at most 64) into br (*nb of them, $refs resolved): object schemas of
+ * properties, required and additionalProperties (not a schema) only; *closed 1 when one has
+ * additionalProperties false. */
+static k3_status allof_branches(sc *c, const jv *s, const char *path, const jv **br, size_t *nb,
+                                int *closed) {
+    const jv *all = jv_get(s, "allOf");
+    k3_status st;
     if (all->kind != JV_ARRAY || all->n == 0)
         return sc_bad(path, "allOf", "a non-empty array of schemas");
     if (all->n > 64)
         return sc_unsupported(path, "allOf", "more than 64 branches");
     if ((st = sc_alone(s, "allOf", path, "with sibling keywords")))
         return st;
-    for (nb = 0; nb < all->n; nb++) {
-        const jv *x = &all->items[nb], *ref;
+    for (*nb = 0; *nb < all->n; ++*nb) {
+        const jv *x = &all->items[*nb], *ref;
         int       t = 0;
         if (x->kind == JV_OBJECT && (ref = jv_get(x, "$ref")) && (st = sc_resolve(c, ref, path, &x)))
             return st;
@@ -374,11 +371,28 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
         const jv *ap = jv_get(x, "additionalProperties");
         if (ap && ap->kind == JV_OBJECT)
             return sc_unsupported(path, "allOf", "a branch with an additionalProperties schema");
-        closed |= ap && ap->kind == JV_FALSE;
-        br[nb] = x;
+        *closed |= ap && ap->kind == JV_FALSE;
+        br[*nb] = x;
     }
-    const char *head = "{\"type\":\"object\",\"properties\":{", *mid = "},\"required\":[";
-    st = jbuf_add(&b, head, strlen(head));
+    return K3_OK;
+}
+
+/* 1 when schemas x and y are the same JSON (members in any order), else -1. */
+static int same_schema(const jv *x, const jv *y) {
+    jbuf a = {0}, b = {0};
+    jv_dump(x, JV_SORTED_COMPACT, &a);
+    jv_dump(y, JV_SORTED_COMPACT, &b);
+    int same = a.n == b.n && (!a.n || !memcmp(a.p, b.p, a.n)) ? 1 : -1;
+    free(a.p);
+    free(b.p);
+    return same;
+}
+
+/* The merged properties' members, appended to b: each name every closed branch allows, once (a
+ * name two branches declare with different schemas is refused). */
+static k3_status allof_props(const jv *const *br, size_t nb, const char *path, jbuf *b) {
+    k3_status st    = K3_OK;
+    int       nprop = 0;
     for (size_t i = 0; i < nb && !st; i++) {
         const jv *l = jv_get(br[i], "properties");
         for (size_t k = 0; l && l->kind == JV_OBJECT && k < l->n && !st; k++) {
@@ -386,48 +400,61 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
             int         dupe = 0;
             for (size_t j = 0; j < i && !dupe; j++) { /* declared before: the same schema, or refused */
                 const jv *pj = jv_get(br[j], "properties"), *o = pj ? jv_get(pj, nm) : NULL;
-                if (o) {
-                    jbuf x = {0}, y = {0};
-                    jv_dump(o, JV_SORTED_COMPACT, &x);
-                    jv_dump(&l->items[k], JV_SORTED_COMPACT, &y);
-                    dupe = x.n == y.n && (!x.n || !memcmp(x.p, y.p, x.n)) ? 1 : -1;
-                    free(x.p);
-                    free(y.p);
-                }
+                if (o)
+                    dupe = same_schema(o, &l->items[k]);
             }
-            if (dupe < 0) {
-                free(b.p);
+            if (dupe < 0)
                 return sc_unsupported(path, "allOf",
                                       "a property two branches declare with different schemas");
-            }
             if (dupe || !allowed(br, nb, nm))
                 continue;
-            if ((nprop++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(nm, l->keys[k].n, &b)) ||
-                (st = jbuf_add(&b, ":", 1)))
+            if ((nprop++ && (st = jbuf_add(b, ",", 1))) || (st = jv_dump_str(nm, l->keys[k].n, b)) ||
+                (st = jbuf_add(b, ":", 1)))
                 break;
-            st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+            st = jv_dump(&l->items[k], JV_SORTED_COMPACT, b);
         }
     }
-    if (!st)
-        st = jbuf_add(&b, mid, strlen(mid));
+    return st;
+}
+
+/* The union of the branches' required names, appended to b (one a closed branch excludes:
+ * K3_ERR_ARG, no document satisfies it). */
+static k3_status allof_required(const jv *const *br, size_t nb, const char *path, jbuf *b) {
+    k3_status st   = K3_OK;
+    int       nreq = 0;
     for (size_t i = 0; i < nb && !st; i++) {
         const jv *l = jv_get(br[i], "required");
         for (size_t k = 0; l && l->kind == JV_ARRAY && k < l->n && !st; k++) {
             if (l->items[k].kind != JV_STRING)
                 continue;
-            if (!allowed(br, nb, l->items[k].s)) {
-                free(b.p);
+            if (!allowed(br, nb, l->items[k].s))
                 return k3_err(K3_ERR_ARG,
                               "json schema: \"allOf\" at %s: required \"%s\" is excluded by a branch's "
                               "additionalProperties false (no document satisfies it)",
                               path, l->items[k].s);
-            }
-            if (!(nreq++ && (st = jbuf_add(&b, ",", 1))))
-                st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+            if (!(nreq++ && (st = jbuf_add(b, ",", 1))))
+                st = jv_dump(&l->items[k], JV_SORTED_COMPACT, b);
         }
     }
+    return st;
+}
+
+/* allOf of object schemas: one object schema, built as JSON text and parsed. A branch with
+ * additionalProperties false allows only the names it declares, so a name is kept when every
+ * closed branch declares it; a name two branches declare must have the same schema in both;
+ * required names are the union (one a closed branch excludes: no document satisfies it). */
+static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **out) {
+    const jv   *br[64];
+    jbuf        b      = {0};
+    int         closed = 0;
+    size_t      nb     = 0;
+    k3_status   st     = allof_branches(c, s, path, br, &nb, &closed);
+    const char *head = "{\"type\":\"object\",\"properties\":{", *mid = "},\"required\":[";
     const char *tail = closed ? "],\"additionalProperties\":false}" : "]}";
-    if (!st)
+    if (st)
+        return st;
+    if (!(st = jbuf_add(&b, head, strlen(head))) && !(st = allof_props(br, nb, path, &b)) &&
+        !(st = jbuf_add(&b, mid, strlen(mid))) && !(st = allof_required(br, nb, path, &b)))
         st = jbuf_add(&b, tail, strlen(tail));
     return sc_owned(c, &b, st, out);
 }
