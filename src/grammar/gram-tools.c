@@ -139,10 +139,105 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
     return g_eps(c->g, cur, end);
 }
 
+/* The tools a call may name: their names (into the request's JSON) and the rules of their ARGS. */
+typedef struct tool_set {
+    int          n;
+    const char **name;
+    size_t      *len;
+    int         *args;
+} tool_set;
+
+/* The request's tools (only: the one named so, else all) into t, each one's ARGS rule made; none
+ * is K3_ERR_ARG. */
+static k3_status tools_collect(sc *c, const jv *js, const char *only, tool_set *t) {
+    size_t    cap = js->kind == JV_ARRAY ? js->n + 1 : 1;
+    k3_status st  = K3_OK;
+    t->args       = k3_calloc(cap, sizeof *t->args);
+    t->name       = k3_calloc(cap, sizeof *t->name);
+    t->len        = k3_calloc(cap, sizeof *t->len);
+    if (!t->args || !t->name || !t->len)
+        return g_nomem();
+    for (size_t i = 0; js->kind == JV_ARRAY && i < js->n && !st; i++) {
+        const jv *fn = jv_get(&js->items[i], "function"), *nm = fn ? jv_get(fn, "name") : NULL;
+        if (!nm || nm->kind != JV_STRING)
+            continue;
+        if (only && strcmp(only, nm->s))
+            continue;
+        t->name[t->n] = nm->s;
+        t->len[t->n]  = nm->n;
+        st            = tool_args(c, jv_get(fn, "parameters"), nm->s, &t->args[t->n]);
+        t->n++;
+    }
+    if (!st && !t->n)
+        st = k3_err(K3_ERR_ARG, "tool calls: %s%s%s names no tool of the request",
+                    only ? "tool_choice \"" : "tools", only ? only : "", only ? "\"" : "");
+    return st;
+}
+
+/* The grammar's root and end around the calls: [text] <|close|>response<|sep|>, then the end
+ * (text allowed) or <|open|>tools<|sep|> to *calls; from *after (the tools block closed, or no
+ * block) [<|close|>message<|sep|>] and the end. */
+static k3_status tools_frame(sc *c, int text, int *calls, int *after) {
+    const k3_gvocab *v = c->g->voc;
+    k3_status        st;
+    int top = sc_node(c), end = sc_node(c), r = sc_node(c), r1 = sc_node(c), r2 = sc_node(c), k0 = sc_node(c);
+    if (end < 0)
+        return g_nomem();
+    c->g->node[end].ret = 1;
+    c->g->root          = top;
+    /* [text] <|close|>response<|sep|> */
+    if ((text && ((st = g_byte(c->g, top, 0x00, 0x7f, top)) || (st = g_raw_multi(c->g, top, top)))) ||
+        (st = g_special(c->g, top, v->id_close, r1)) || (st = sc_lit(c, r1, "response", r2)) ||
+        (st = g_special(c->g, r2, v->id_sep, r)))
+        return st;
+    /* after it: the end (text allowed), or the tools block */
+    int m1 = sc_node(c), m2 = sc_node(c), z = sc_node(c), t1 = sc_node(c), t2 = sc_node(c);
+    if ((text && ((st = g_eps(c->g, r, z)))) || (st = g_special(c->g, r, v->id_open, t1)) ||
+        (st = sc_lit(c, t1, "tools", t2)) || (st = g_special(c->g, t2, v->id_sep, k0)) ||
+        (st = g_eps(c->g, z, end)) || (st = g_special(c->g, z, v->id_close, m1)) ||
+        (st = sc_lit(c, m1, "message", m2)) || (st = g_special(c->g, m2, v->id_sep, end)))
+        return st;
+    *calls = k0, *after = z;
+    return K3_OK;
+}
+
+/* Calls 1 to max_calls from cur: <|open|>call tool="NAME" index="K"<|sep|> ARGS <|close|>call<|sep|>,
+ * each followed by the next call or <|close|>tools<|sep|> to node z. */
+static k3_status tools_calls(sc *c, const tool_set *t, int max_calls, int cur, int z) {
+    const k3_gvocab *v  = c->g->voc;
+    k3_status        st = K3_OK;
+    for (int k = 1; k <= max_calls && !st; k++) {
+        int nx = sc_node(c), a = sc_node(c), b = sc_node(c), call_end = sc_node(c), e1 = sc_node(c),
+            e2 = sc_node(c);
+        char idx[32];
+        snprintf(idx, sizeof idx, "\" index=\"%d\"", k);
+        if ((st = g_special(c->g, cur, v->id_open, a)) || (st = sc_lit(c, a, "call tool=\"", b)))
+            break;
+        for (int i = 0; i < t->n && !st; i++) {
+            int n1 = sc_node(c), n2 = sc_node(c), n3 = sc_node(c);
+            if ((st = attr_lit(c, b, t->name[i], t->len[i], n1)) || (st = sc_lit(c, n1, idx, n2)) ||
+                (st = g_special(c->g, n2, v->id_sep, n3)))
+                break;
+            st = g_call(c->g, n3, t->args[i], call_end);
+        }
+        if (st || (st = g_special(c->g, call_end, v->id_close, e1)) || (st = sc_lit(c, e1, "call", e2)) ||
+            (st = g_special(c->g, e2, v->id_sep, nx)))
+            break;
+        int c1 = sc_node(c), c2 = sc_node(c); /* after call k: close the block */
+        if ((st = g_special(c->g, nx, v->id_close, c1)) || (st = sc_lit(c, c1, "tools", c2)) ||
+            (st = g_special(c->g, c2, v->id_sep, z)))
+            break;
+        cur = nx;
+    }
+    return st;
+}
+
 k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
                                 int text, k3_grammar **out) {
-    sc        c  = {.any = -1};
-    jv       *js = NULL;
+    sc        c     = {.any = -1};
+    jv       *js    = NULL;
+    tool_set  t     = {0};
+    int       calls = 0, after = 0;
     k3_status st;
     *out = NULL;
     if (v->id_open < 0 || v->id_sep < 0 || v->id_close < 0)
@@ -153,81 +248,12 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
         k3_err_prefix("tool calls: tools are not JSON");
         return K3_ERR_ARG;
     }
-    if ((st = g_new(v, "tool calls", &c.g)))
-        goto done;
-    int          n_tools = 0, *args = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *args);
-    const char **names = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *names);
-    size_t      *nlen  = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *nlen);
-    if (!args || !names || !nlen) {
-        st = g_nomem();
-        goto tools_done;
-    }
-    for (size_t i = 0; js->kind == JV_ARRAY && i < js->n && !st; i++) {
-        const jv *fn = jv_get(&js->items[i], "function"), *nm = fn ? jv_get(fn, "name") : NULL;
-        if (!nm || nm->kind != JV_STRING)
-            continue;
-        if (only && strcmp(only, nm->s))
-            continue;
-        names[n_tools] = nm->s;
-        nlen[n_tools]  = nm->n;
-        st             = tool_args(&c, jv_get(fn, "parameters"), nm->s, &args[n_tools]);
-        n_tools++;
-    }
-    if (!st && !n_tools)
-        st = k3_err(K3_ERR_ARG, "tool calls: %s%s%s names no tool of the request",
-                    only ? "tool_choice \"" : "tools", only ? only : "", only ? "\"" : "");
-    int top = sc_node(&c), end = sc_node(&c), r = sc_node(&c), r1 = sc_node(&c), r2 = sc_node(&c),
-        k0 = sc_node(&c);
-    if (!st && end < 0)
-        st = g_nomem();
-    if (st)
-        goto tools_done;
-    c.g->node[end].ret = 1;
-    c.g->root          = top;
-    /* [text] <|close|>response<|sep|> */
-    if ((text && ((st = g_byte(c.g, top, 0x00, 0x7f, top)) || (st = g_raw_multi(c.g, top, top)))) ||
-        (st = g_special(c.g, top, v->id_close, r1)) || (st = sc_lit(&c, r1, "response", r2)) ||
-        (st = g_special(c.g, r2, v->id_sep, r)))
-        goto tools_done;
-    /* after it: the end (text allowed), or the tools block */
-    int m1 = sc_node(&c), m2 = sc_node(&c), z = sc_node(&c), t1 = sc_node(&c), t2 = sc_node(&c);
-    if ((text && ((st = g_eps(c.g, r, z)))) || (st = g_special(c.g, r, v->id_open, t1)) ||
-        (st = sc_lit(&c, t1, "tools", t2)) || (st = g_special(c.g, t2, v->id_sep, k0)) ||
-        (st = g_eps(c.g, z, end)) || (st = g_special(c.g, z, v->id_close, m1)) ||
-        (st = sc_lit(&c, m1, "message", m2)) || (st = g_special(c.g, m2, v->id_sep, end)))
-        goto tools_done;
-    int cur = k0;
-    for (int k = 1; k <= max_calls && !st; k++) {
-        int nx = sc_node(&c), a = sc_node(&c), b = sc_node(&c), call_end = sc_node(&c), e1 = sc_node(&c),
-            e2 = sc_node(&c);
-        char idx[32];
-        snprintf(idx, sizeof idx, "\" index=\"%d\"", k);
-        if ((st = g_special(c.g, cur, v->id_open, a)) || (st = sc_lit(&c, a, "call tool=\"", b)))
-            break;
-        for (int t = 0; t < n_tools && !st; t++) {
-            int n1 = sc_node(&c), n2 = sc_node(&c), n3 = sc_node(&c);
-            if ((st = attr_lit(&c, b, names[t], nlen[t], n1)) || (st = sc_lit(&c, n1, idx, n2)) ||
-                (st = g_special(c.g, n2, v->id_sep, n3)))
-                break;
-            st = g_call(c.g, n3, args[t], call_end);
-        }
-        if (st || (st = g_special(c.g, call_end, v->id_close, e1)) || (st = sc_lit(&c, e1, "call", e2)) ||
-            (st = g_special(c.g, e2, v->id_sep, nx)))
-            break;
-        int c1 = sc_node(&c), c2 = sc_node(&c); /* after call k: close the block */
-        if ((st = g_special(c.g, nx, v->id_close, c1)) || (st = sc_lit(&c, c1, "tools", c2)) ||
-            (st = g_special(c.g, c2, v->id_sep, z)))
-            break;
-        cur = nx;
-    }
-    if (!st)
-        st = sc_rules_emit(&c);
-    if (!st)
+    if (!(st = g_new(v, "tool calls", &c.g)) && !(st = tools_collect(&c, js, only, &t)) &&
+        !(st = tools_frame(&c, text, &calls, &after)) &&
+        !(st = tools_calls(&c, &t, max_calls, calls, after)) && !(st = sc_rules_emit(&c)))
         st = g_finish(c.g);
-tools_done:
-    free(args);
-    free(names);
-    free(nlen);
-done:
+    free(t.args);
+    free(t.name);
+    free(t.len);
     return sc_finish(&c, js, st, out);
 }
