@@ -856,6 +856,63 @@ static long lc_far(const k3_grammar *s) {
     return most;
 }
 
+/* The factors' automata: pattern re[f] (n[f] bytes) of each of the n_re, from a[f] to b[f] of
+ * s[f] (bounded 1: a length bound, which bounds the free text around a match); *far the least of
+ * their lc_far. */
+static k3_status lc_factors(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
+                            int raw, int bounded, k3_grammar **s, int *a, int *b, long *far) {
+    k3_status st = K3_OK;
+    for (int f = 0; f < n_re && !st; f++) {
+        if ((st = g_new(g->voc, g->what, &s[f])))
+            break;
+        s[f]->free_fill = bounded; /* a bound: the counter bounds the free text */
+        if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
+            st = g_nomem();
+        else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
+            long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
+            *far    = *far < 0 || lf < *far ? lf : *far;
+        }
+    }
+    return st;
+}
+
+/* The product node here (factor nodes sn, pair n0 n1, UTF-8 state d, count c): its moves without
+ * reading (either factor's) and its byte ranges both factors read, to the product nodes they reach
+ * (made by lc_get). -1 when one cannot be made (P->over, out of memory) or *st is set. */
+static int lc_moves(lc_prod *P, const g_node *const *sn, int raw, int n0, int n1, int d, long c, int32_t here,
+                    k3_status *st) {
+    long mn = P->mn, mx = P->mx;
+    for (int f = 0; f < 2; f++) /* a move without reading: either factor's */
+        for (int k = 0; k < sn[f]->n; k++) {
+            const g_edge *e = &sn[f]->e[k];
+            K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
+            if (e->kind != GE_EPS)
+                continue;
+            int j = lc_get(P, f ? n0 * P->n1 + e->to : e->to * P->n1 + n1, d, c);
+            if (j < 0 || (*st = g_eps(P->g, here, P->e[j].id)))
+                return -1;
+        }
+    for (int k = 0; k < sn[0]->n; k++)
+        for (int k1 = 0; k1 < sn[1]->n; k1++) { /* a byte both read */
+            const g_edge *e = &sn[0]->e[k], *e1 = &sn[1]->e[k1];
+            if (e->kind != GE_BYTE || e1->kind != GE_BYTE)
+                continue;
+            int top = e->hi < e1->hi ? e->hi : e1->hi;
+            for (int lo = e->lo > e1->lo ? e->lo : e1->lo, hi; lo <= top;
+                 lo     = hi + 1) { /* runs of one state */
+                int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
+                hi      = cut - 1 < top ? cut - 1 : top;
+                long c2 = c + inc;
+                if (mx >= 0 && c2 > mx)
+                    continue;
+                int j = lc_get(P, e->to * P->n1 + e1->to, d2, mx < 0 && c2 > mn ? mn : c2);
+                if (j < 0 || (*st = g_byte(P->g, here, lo, hi, P->e[j].id)))
+                    return -1;
+            }
+        }
+    return 0;
+}
+
 k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
                         int raw, long mn, long mx, int from, int to) {
     k3_grammar *s[2] = {NULL, NULL};
@@ -865,18 +922,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
     long        far = -1, ends = 0; /* ends: product nodes that end the string */
     g_edge      any_e    = {.kind = GE_BYTE, .lo = 0, .hi = 255, .to = 0}; /* one pattern: the second */
     g_node      any_byte = {.e = &any_e, .n = 1, .reads = 1, .live = 1};   /* factor reads any byte */
-    for (int f = 0; f < n_re && !st; f++) {
-        if ((st = g_new(g->voc, g->what, &s[f])))
-            break;
-        s[f]->free_fill = mn > 0 || mx >= 0; /* a bound: the counter bounds the free text */
-        if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
-            st = g_nomem();
-        else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
-            long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
-            far     = far < 0 || lf < far ? lf : far;
-        }
-    }
-    if (st)
+    if ((st = lc_factors(g, re, n, n_re, path, raw, mn > 0 || mx >= 0, s, a, b, &far)))
         goto done;
     P.far = far + 1;
     if (n_re == 2)
@@ -895,34 +941,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
         int32_t       here  = P.e[i].id;
         if (n0 == b[0] && n1 == b[1] && d == LC_CHAR && c >= mn && (st = (ends++, g_eps(g, here, to))))
             goto fail;
-        for (int f = 0; f < 2; f++) /* a move without reading: either factor's */
-            for (int k = 0; k < sn[f]->n; k++) {
-                const g_edge *e = &sn[f]->e[k];
-                K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
-                if (e->kind != GE_EPS)
-                    continue;
-                int j = lc_get(&P, f ? n0 * P.n1 + e->to : e->to * P.n1 + n1, d, c);
-                if (j < 0 || (st = g_eps(g, here, P.e[j].id)))
-                    goto fail;
-            }
-        for (int k = 0; k < sn[0]->n; k++)
-            for (int k1 = 0; k1 < sn[1]->n; k1++) { /* a byte both read */
-                const g_edge *e = &sn[0]->e[k], *e1 = &sn[1]->e[k1];
-                if (e->kind != GE_BYTE || e1->kind != GE_BYTE)
-                    continue;
-                int top = e->hi < e1->hi ? e->hi : e1->hi;
-                for (int lo = e->lo > e1->lo ? e->lo : e1->lo, hi; lo <= top;
-                     lo     = hi + 1) { /* runs of one state */
-                    int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
-                    hi      = cut - 1 < top ? cut - 1 : top;
-                    long c2 = c + inc;
-                    if (mx >= 0 && c2 > mx)
-                        continue;
-                    int j = lc_get(&P, e->to * P.n1 + e1->to, d2, mx < 0 && c2 > mn ? mn : c2);
-                    if (j < 0 || (st = g_byte(g, here, lo, hi, P.e[j].id)))
-                        goto fail;
-                }
-            }
+        if (lc_moves(&P, sn, raw, n0, n1, d, c, here, &st))
+            goto fail;
     }
     if (P.rep && lc_share(&P, to))
         goto fail;
