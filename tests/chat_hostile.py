@@ -10,7 +10,8 @@
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
 # /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte; under
 # /ctlid/ one id "m ESC ]0;EVIL BEL x"); under
-# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html);
+# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html); under /err200/ a GET gets 200
+# {"error": {"message": "invalid api key"}};
 # under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
 # depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
@@ -52,8 +53,20 @@
 #             only after call 1 came), call 1 "two", call 2 "three"
 #   surrend   "g" and a high half, then U+100400 (the private-use code point k3chat parses such a
 #             low half as) and "h", then "i" and a high half that ends the answer
+#   gzip      "ok-gzip" as a stream compressed with gzip, though the request asked for identity (a
+#             proxy's doing); LOGFILE.enc gets the request's Accept-Encoding headers
+#   gzerr     429 with Retry-After: 7 and a gzip-compressed error body {"error": {"message":
+#             "rate limited"}}
+#   err200    200 {"error": {"message": "model overloaded"}}, a gateway's error as an answer
+#   errnull   "ok-errnull" in events that carry "error": null beside the answer
+#   argsobj   a call get_weather whose arguments are a JSON object, not its text, in the stream;
+#             then one JSON answer (not a stream) with such a call lookup
+#   filter    "part" with finish_reason "content_filter"; abort: "part" with "abort"
+#   rawutf8   content JSON with raw bytes that are not UTF-8 (FF, E4 B8 cut before its last byte)
+#   midcut    "half " and part of the next event, then the connection closes (no end of line)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
+import gzip
 import json
 import os
 import sys
@@ -83,6 +96,9 @@ class Fake(FakeHandler):
             f.write(self.path + "\n")
         if self.path.startswith("/html/"):
             self.html()
+            return
+        if self.path.startswith("/err200/"):  # a gateway's error with status 200
+            self.send_json(200, {"error": {"message": "invalid api key", "type": "auth"}})
             return
         if self.path.startswith("/hang/"):  # a server that takes the request and never answers
             time.sleep(60)
@@ -140,6 +156,30 @@ class Fake(FakeHandler):
             self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if last in ("gzip", "gzerr"):  # compressed though the request asks for identity
+            with open(sys.argv[2] + ".enc", "a") as f:
+                f.write(repr(self.headers.get_all("Accept-Encoding")) + "\n")
+            if last == "gzip":
+                code, ctype, body = 200, "text/event-stream", sse(delta({"content": "ok-gzip"}, "stop")) + b"data: [DONE]\n\n"
+            else:
+                code, ctype, body = 429, "application/json", b'{"error": {"message": "rate limited"}}'
+            body = gzip.compress(body)
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Retry-After", "7")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if last == "err200":
+            self.send_json(200, {"error": {"message": "model overloaded", "code": 503}})
+            return
+        if last == "argsobj" and len(req["messages"]) > 2:  # the second time: one JSON answer
+            call = {"id": "call_o", "type": "function", "function": {"name": "lookup", "arguments": {"q": 1}}}
+            self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
             return
         if self.path.startswith("/textplain/"):  # the stream labelled text/plain (a proxy's doing)
             self.send_response(200)
@@ -274,6 +314,26 @@ class Fake(FakeHandler):
             out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
                 sse(delta({"content": "i\ud83d"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "errnull":
+            self.wfile.write(sse(delta({"content": "ok-"}, error=None)) + sse(delta({"content": "errnull"}, "stop", error=None)) +
+                             b"data: [DONE]\n\n")
+            return
+        if last == "argsobj":
+            fn = {"name": "get_weather", "arguments": {"city": "Paris"}}
+            self.wfile.write(sse(delta({"tool_calls": [{"index": 0, "id": "call_w", "type": "function", "function": fn}]},
+                                       "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last in ("filter", "abort"):
+            self.wfile.write(sse(delta({"content": "part"}, "content_filter" if last == "filter" else "abort")) +
+                             b"data: [DONE]\n\n")
+            return
+        if last == "rawutf8":
+            self.wfile.write(b'data: {"choices":[{"index":0,"delta":{"content":"a\xffb\xe4\xb8c"},"finish_reason":"stop"}]}\n\n'
+                             b"data: [DONE]\n\n")
+            return
+        if last == "midcut":
+            self.wfile.write(sse(delta({"content": "half "})) + b'data: {"choices":[{"index":0,"delta":{"content":"mo')
             return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))

@@ -17,7 +17,12 @@
 # split between two events of one field are joined; a half left at a call's end is U+FFFD in
 # that call's own box. The reasoning's token count is the server's
 # usage.completion_tokens_details.reasoning_tokens. --endpoint URLs are
-# read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
+# read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo. A
+# body compressed unasked is decoded; an error in a 200 answer (chat or /models) is that error,
+# and "error": null is none; a call's arguments as an object are its text; finish_reason
+# "content_filter" or "abort" is said and the reply kept interrupted; raw bytes that are not UTF-8
+# are U+FFFD; a connection closed inside an event says so; a loopback server is reached without
+# the environment's proxy.
 . "$K3_SRC/tests/tui-lib.sh"
 
 /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -424,6 +429,71 @@ if [ -s "$K3_TMP/port.6" ]; then
 else
     echo "SKIP: no IPv6 loopback here ([::1] endpoints)"
 fi
+
+# a body compressed though the request asked for none (a proxy's gzip): decoded (the stream was
+# read as its compressed bytes, 'without one data: event', an error as '\x1F\x8B\x08')
+printf 'gzip\ngzerr\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outz" 2>"$K3_TMP/errz"
+check "a gzip-compressed stream is read" grep -qx "ok-gzip" "$K3_TMP/outz"
+check "... a gzip-compressed 429: its message and the wait asked" grep -qF \
+    "k3chat: the server answered 429: rate limited (it asks to wait 7 s before retrying) (the conversation" \
+    "$K3_TMP/errz"
+check "... and no compression was asked" [ "$(sort -u "$K3_TMP/reqs.enc")" = "['identity']" ]
+
+# an error as a 200 answer (a gateway's): its message (the chat said 'malformed answer: no
+# choices[0].message', /models 'names no model: use --model NAME'); "error": null beside an answer
+# is no error (it failed the turn as 'the server failed mid-answer: (no message)')
+printf 'err200\nerrnull\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/oute" 2>"$K3_TMP/erre"
+check "200 with an error body: the server's message" grep -qF \
+    "k3chat: $ep/v1: the server answered 200 with an error: model overloaded (the conversation" "$K3_TMP/erre"
+check "... events with \"error\": null are an answer" grep -qx "ok-errnull" "$K3_TMP/oute"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/err200/v1" --plain >/dev/null 2>"$K3_TMP/erre2"
+check "/models answering 200 with an error: the server's message" grep -qF \
+    "k3chat: $ep/err200/v1/models answered 200 with an error: invalid api key" "$K3_TMP/erre2"
+
+# a call's arguments as a JSON object instead of its text, in a stream and in a JSON answer: that
+# object's text (they were dropped: '-> get_weather()', kept with arguments "", which is no JSON)
+printf 'argsobj\nargsobj\n/save %s/argsobj.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outa" 2>"$K3_TMP/erra"
+check "arguments as an object in a stream: shown as JSON text" \
+    grep -qxF -e '-> get_weather({"city":"Paris"})' "$K3_TMP/outa"
+check "... in a JSON answer too" grep -qxF -e '-> lookup({"q":1})' "$K3_TMP/outa"
+check "... and kept as that text" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = [t["function"]["arguments"] for x in m for t in x.get("tool_calls") or []]
+sys.exit(c != ["{\"city\":\"Paris\"}", "{\"q\":1}"])' "$K3_TMP/argsobj.jsonl"
+
+# finish_reason "content_filter" or "abort": the server, not the model, ended the answer; a line says
+# so and the reply is kept marked interrupted (it showed and saved as a whole answer)
+printf 'filter\nabort\n/save %s/filter.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outf" 2>"$K3_TMP/errf"
+check "content_filter: a line names the filter" grep -qF \
+    "k3chat: $ep/v1: the server's content filter withheld the rest of the answer (finish_reason 'content_filter'" \
+    "$K3_TMP/errf"
+check "... abort: the server ended it" grep -qF \
+    "k3chat: $ep/v1: the server ended the answer before the model did (finish_reason 'abort'" "$K3_TMP/errf"
+check "... both replies shown and kept, marked interrupted" /usr/bin/python3 -c '
+import json, sys
+a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and all(x["content"] == "part" and x.get("interrupted") for x in a)))' \
+    "$K3_TMP/filter.jsonl"
+
+# bytes that are not UTF-8 in a stream's JSON (a token's bytes written raw): U+FFFD each, the turn
+# stands (jansson refused the event and the turn failed as a malformed stream); a connection that
+# closes inside an event says so (it was 'malformed stream: an event is not a JSON object')
+printf 'rawutf8\nmidcut\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outu8" 2>"$K3_TMP/erru8"
+check "raw bytes that are not UTF-8: U+FFFD each" \
+    grep -qxF "$(printf 'a\357\277\275b\357\277\275c')" "$K3_TMP/outu8"
+check "... no malformed stream" sh -c "! grep -q malformed '$K3_TMP/erru8'"
+check "a connection closed inside an event: said so" grep -qF \
+    "k3chat: $ep/v1: the stream ended inside an event, before the answer was complete (premature end of input" \
+    "$K3_TMP/erru8"
+
+# a proxy in the environment (http_proxy, all_proxy; nothing listens at 127.0.0.2:9): a server on
+# this machine is reached directly (libcurl sent the request, the key with it, to the proxy)
+printf 'hi\n' | http_proxy=http://127.0.0.2:9 HTTPS_PROXY=http://127.0.0.2:9 all_proxy=http://127.0.0.2:9 \
+    K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outp" 2>"$K3_TMP/errp"
+check "a proxy in the environment: a loopback server is answered directly" grep -qx "ok" "$K3_TMP/outp"
 
 # Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's
 # 'Callback aborted' as an error line

@@ -12,13 +12,18 @@
  * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
  * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
  * one JSON body instead of a stream is accepted too. A lone UTF-16 surrogate escape in a server's
- * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else, but the halves of a pair
- * split between two events of one field are joined (halves_join); a tool call that a
- * finish_reason "length" cut is shown but not kept (doc/tool-calls.md).
+ * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else (raw in a server's JSON
+ * too), but the halves of a pair split between two events of one field are joined (halves_join);
+ * a tool call that a finish_reason "length" cut is shown but not kept (doc/tool-calls.md), and
+ * arguments sent as an object are that object's text. No compression is asked for, but a body
+ * compressed anyway is decoded; a server on this machine is reached without the environment's
+ * proxy.
  *
- * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
- * stream, a stream cut short) become one EV_ERROR line; the user's message stays in the
- * conversation (with what was streamed, as an interrupted reply) and /retry sends it again.
+ * Failures (cannot connect, timeouts, HTTP errors with the server's error message, an error in a
+ * 200 answer, a malformed stream, a stream cut short) become one EV_ERROR line; the user's message
+ * stays in the conversation (with what was streamed, as an interrupted reply) and /retry sends it
+ * again. An answer that the server ended before the model did (finish_reason "content_filter",
+ * "abort") is kept, marked interrupted, with a line saying so.
  * Ctrl-C aborts the transfer from libcurl's progress callback. What only a local engine can do
  * (/experts, /replay) says so.
  */
@@ -54,6 +59,7 @@ typedef struct remote {
     ue      *u;
     k3_conv *c;
     CURLU   *url;         /* --endpoint as libcurl reads it; each request sets its path (url_read) */
+    int      loopback;    /* its host is this machine's (url_loopback): reached directly, never by a proxy */
     char    *path;        /* the API base's path: "/v1", "" for the root (no trailing slash)      */
     char    *shown;       /* the base without user:password@ or query (messages, the status bar)  */
     char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
@@ -72,6 +78,7 @@ typedef struct remote {
     int         ev_error;    /* the current event is "event: error" */
     int         after_cr;    /* the last read ended with a line's CR  */
     int         n_events;    /* events read (data: lines ended)       */
+    int         at_end;      /* the body ended: an event left is its last, perhaps cut */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
     long        half[2];     /* per channel (EV_CH_THINK, EV_CH_RESPONSE): halves_join's pending high */
@@ -119,6 +126,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
                           body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
+    /* no compression asked (a compressor buffers a stream: no token shows until a block fills), but
+     * a body compressed anyway (a proxy's gzip, an error page) is decoded (CURLOPT_ACCEPT_ENCODING):
+     * it was read as the compressed bytes, a stream 'without one data: event' */
+    h = curl_slist_append(h, "Accept-Encoding: identity");
     if (r->auth)
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
@@ -132,6 +143,12 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
 #else
     curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""); /* decode all libcurl knows; the header above asks */
+    /* libcurl takes a proxy from the environment (http_proxy, https_proxy, all_proxy; no_proxy)
+     * for any host: a server on this machine went through it, the key in the clear to the proxy,
+     * which reached its own loopback or failed ('answered 502') */
+    if (r->loopback)
+        curl_easy_setopt(c, CURLOPT_PROXY, "");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->cerr);
@@ -147,10 +164,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    r->ev_error = r->after_cr = r->n_events = 0;
-    r->progress_at                          = ev_now();
-    CURLcode rc                             = curl_easy_perform(c);
-    long     code                           = 0;
+    r->ev_error = r->after_cr = r->n_events = r->at_end = 0;
+    r->progress_at                                      = ev_now();
+    CURLcode rc                                         = curl_easy_perform(c);
+    long     code                                       = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -250,6 +267,20 @@ static int marks_free(const char *s, size_t n) {
  * everywhere else; the rewrite is a copy, made only when there is one. mark: one at an edge of its
  * string becomes its mark instead (mark_of; the caller checked marks_free), for halves_join. */
 static json_t *server_json(const char *s, size_t n, json_error_t *je, int mark) {
+    /* bytes that are not UTF-8 (a server that writes a token's bytes raw, cut inside a character)
+     * are U+FFFD too: jansson refused the whole event for one and the turn failed. A raw NUL is
+     * no JSON anyway (the copy is a C string): the parse names it. */
+    char *good = NULL;
+    if (!memchr(s, 0, n) && k3_utf8_repair(s, n, NULL, NULL) > 0) {
+        if (k3_utf8_repair(s, n, &good, NULL) < 0) {
+            if (je)
+                snprintf(je->text, sizeof je->text, "out of memory");
+            return NULL;
+        }
+        json_t *obj = server_json(good, strlen(good), je, mark);
+        free(good);
+        return obj;
+    }
     size_t at = lone_surrogate(s, n, 0);
     if (at == n)
         return json_loadb(s, n, JSON_ALLOW_NUL, je);
@@ -303,6 +334,17 @@ static const char *error_message(json_t *o) {
     if (!m && is_error_object(o))
         m = json_string_value(json_object_get(o, "message"));
     return m ? m : json_string_value(json_object_get(o, "detail"));
+}
+
+/* The failure that a 2xx body or a stream's event reports instead of an answer: {"error": ...}
+ * (an "error": null beside an answer is none) or vLLM's flat error object; its message, "(no
+ * message)" when it gives none; NULL when o is no failure. */
+static const char *failure_of(json_t *o) {
+    json_t *e = json_object_get(o, "error");
+    if ((!e || json_is_null(e)) && !is_error_object(o))
+        return NULL;
+    const char *m = error_message(o);
+    return m ? m : "(no message)";
 }
 
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
@@ -527,19 +569,25 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
         if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
             call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
             return -1;
-        args = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
-        if (json_is_string(args) && json_string_length(args)) {
-            if (halves_join(r, &c->half, args, marked)) {
-                snprintf(r->err, sizeof r->err, "out of memory");
-                return -1;
-            }
-            const char *a = r->joined.p;
-            size_t      n = r->joined.n;
-            if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
-                return -1;
-            if (r->box == idx)
-                ue_emit_call(r->u, NULL, a, n, 0);
+        /* arguments as an object, not its JSON text (some servers): that object's text (they were
+         * dropped: a call of get() kept with arguments "", which is no JSON) */
+        char *obj    = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+        int   is_obj = json_is_object(args);
+        args         = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
+        r->joined.n  = 0;
+        if (is_obj ? !obj : json_is_string(args) && halves_join(r, &c->half, args, marked)) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
         }
+        const char *a = obj ? obj : r->joined.p;
+        size_t      n = obj ? strlen(obj) : r->joined.n;
+        if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n))) {
+            free(obj);
+            return -1;
+        }
+        if (n && r->box == idx)
+            ue_emit_call(r->u, NULL, a, n, 0);
+        free(obj);
         call_show(r, (int)idx);
     }
     return 0;
@@ -626,15 +674,19 @@ static int on_event(remote *r, const char *d, size_t n) {
         json_decref(o);
         return -1;
     }
-    if (!json_is_object(o)) {
-        snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
+    if (!json_is_object(o)) { /* at the body's end, text that does not parse: the connection closed
+                               * inside the last event (that was a 'malformed stream') */
+        snprintf(r->err, sizeof r->err,
+                 !o && r->at_end
+                     ? "the stream ended inside an event, before the answer was complete (%s): %.60s"
+                     : "malformed stream: an event is not a JSON object (%s): %.60s",
                  o ? "wrong type" : je.text, d);
         json_decref(o);
         return -1;
     }
-    if (json_object_get(o, "error") || is_error_object(o)) {
-        const char *m = error_message(o);
-        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", m ? m : "(no message)");
+    const char *fail = failure_of(o);
+    if (fail) {
+        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", fail);
         json_decref(o);
         return -1;
     }
@@ -793,11 +845,17 @@ static void not_api(remote *r, const char *path, const json_error_t *je, char *o
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_error_t je;
-    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
-    json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
-    json_t      *msg = json_object_get(ch, "message");
+    json_t      *o    = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
+    json_t      *ch   = json_array_get(json_object_get(o, "choices"), 0);
+    json_t      *msg  = json_object_get(ch, "message");
+    const char  *fail = failure_of(o);
     if (!o) {
         not_api(r, "", &je, r->err, sizeof r->err);
+        return -1;
+    }
+    if (fail) { /* a gateway's error with status 200 (it was 'malformed answer: no choices[0]...') */
+        snprintf(r->err, sizeof r->err, "the server answered %d with an error: %.400s", r->http, fail);
+        json_decref(o);
         return -1;
     }
     if (!json_is_object(msg)) {
@@ -833,7 +891,12 @@ static int discover(remote *r, char *msg, size_t n) {
     json_error_t je;
     json_t      *o  = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
     json_t      *m0 = json_array_get(json_object_get(o, "data"), 0), *jid = json_object_get(m0, "id");
-    const char  *id = json_string_value(jid);
+    const char  *id = json_string_value(jid), *fail = failure_of(o);
+    if (fail) { /* status 200 with an error: that error (it was 'names no model: use --model') */
+        snprintf(msg, n, "%s/models answered %d with an error: %.400s", r->shown, r->http, fail);
+        json_decref(o);
+        return -1;
+    }
     if (!r->model && id && strlen(id) != json_string_length(jid)) {
         json_decref(o);
         snprintf(msg, n, "%s/models names a model whose id holds a NUL byte: use --model NAME", r->shown);
@@ -916,6 +979,20 @@ static void record_settings(remote *r, const ue_gen *g) {
     k3_conv_set_settings(r->c, &set); /* only for the transcript: invalid values are the server's to judge */
 }
 
+/* Why the server ended the answer before the model did, from a finish_reason: NULL for the
+ * model's own ends (a stop, a length limit, tool calls, and the names other servers give them).
+ * An answer that a content filter or an abort cut looked complete: no line said why it stopped
+ * mid-sentence, and it was kept as whole. */
+static const char *cut_by_server(const char *f) {
+    static const char *own[] = {"",    "stop",      "length",       "tool_calls", "function_call",
+                                "eos", "eos_token", "stop_sequence"};
+    for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+        if (!strcmp(f, own[k]))
+            return NULL;
+    return !strcmp(f, "content_filter") ? "the server's content filter withheld the rest of the answer"
+                                        : "the server ended the answer before the model did";
+}
+
 /* Answer the history (which ends with a user message). retry: a /retry moved the answer to an
  * abandoned branch just before (k3.h); a failure that brought no text puts it back. */
 static void turn(remote *r, const ue_gen *g, int retry) {
@@ -951,7 +1028,8 @@ static void turn(remote *r, const ue_gen *g, int retry) {
         json_decref(name);
         failed = 1;
     } else {
-        rc = http(r, "/chat/completions", body, 0);
+        rc        = http(r, "/chat/completions", body, 0);
+        r->at_end = 1;
         if (rc == CURLE_OK && r->is_sse && r->line.n) /* a last line without its newline */
             on_line(r, r->line.p, r->line.n);
         if (rc == CURLE_OK && r->is_sse && r->data.n) /* a last event without its blank line */
@@ -991,13 +1069,14 @@ static void turn(remote *r, const ue_gen *g, int retry) {
             failed = 1;
         }
     }
-    int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
+    int         cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
+    const char *early     = failed || cancelled ? NULL : cut_by_server(r->finish);
     if (r->think.n || r->resp.n || nt || (!failed && !cancelled)) {
         /* a reply cut short (Ctrl-C, a failure mid-stream) is marked, as the local engine does */
         k3_msg a = {.role         = K3_ROLE_ASSISTANT,
                     .content      = r->resp.p ? r->resp.p : "",
                     .reasoning    = g->think ? (r->think.p ? r->think.p : "") : NULL,
-                    .interrupted  = failed || cancelled,
+                    .interrupted  = failed || cancelled || early,
                     .tool_calls   = tc,
                     .n_tool_calls = nt};
         if (k3_conv_add_msg(r->c, &a) != K3_OK)
@@ -1032,6 +1111,9 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     k3_conv_autosave(r->c);
     ue_note_saved(r->u, r->c); /* before EV_DONE: a quit right after it sees the state */
     ev_push(r->u->out, &d);
+    if (early) /* the answer ended as an answer does, marked interrupted, with the reason */
+        ue_emitf(r->u, EV_ERROR, "%s: %s (finish_reason '%.31s'; /retry asks again)", r->shown, early,
+                 r->finish);
     if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
         ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept%s: /retry sends the message again)", msg,
                  retry ? ", with the previous answer" : "");
@@ -1143,10 +1225,31 @@ static int url_read(remote *r, const char *url, char *why, size_t n) {
     return rc != CURLUE_OK;
 }
 
+/* 1 when the URL's host is a loopback address or name: 127.0.0.0/8, ::1, the IPv4-mapped
+ * ::ffff:127.x.y.z, localhost and *.localhost. The host is libcurl's reading, the address it
+ * connects to ("127.1" is 127.0.0.1). */
+static int url_loopback(CURLU *url) {
+    char *host = NULL;
+    int   loop = 0;
+    if (curl_url_get(url, CURLUPART_HOST, &host, 0) == CURLUE_OK && host) {
+        char          h[256];
+        unsigned char ip[16];
+        size_t        k = strlen(host);
+        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
+        k                                 = strlen(h);
+        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+               (inet_pton(AF_INET6, h, ip) == 1 &&
+                (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
+    }
+    curl_free(host);
+    return loop;
+}
+
 /* What the URL sends in the clear, NULL if nothing: http:// to a host that is not a loopback
- * address or name carrying an API key, a password, or a user name alone (Basic authentication
- * with a key as the user, as some APIs take one); *host_out gets the host as shown. The host is
- * libcurl's reading, the address it connects to ("127.1" is 127.0.0.1). */
+ * one (r->loopback) carrying an API key, a password, or a user name alone (Basic authentication
+ * with a key as the user, as some APIs take one); *host_out gets the host as shown. */
 static const char *secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
     char       *sch = NULL, *host = NULL, *user = NULL, *pw = NULL;
     const char *what = NULL;
@@ -1155,18 +1258,7 @@ static const char *secret_in_clear(const remote *r, int has_key, char *host_out,
     curl_url_get(r->url, CURLUPART_USER, &user, 0);
     curl_url_get(r->url, CURLUPART_PASSWORD, &pw, 0);
     if (sch && host && !strcasecmp(sch, "http")) {
-        char          h[256];
-        unsigned char ip[16];
-        size_t        k = strlen(host);
-        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
-        k = strlen(h);
-        /* the IPv4-mapped ::ffff:127.x.y.z is 127.x.y.z */
-        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        int loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
-                   (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
-                   (inet_pton(AF_INET6, h, ip) == 1 &&
-                    (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
-        what = loop            ? NULL
+        what = r->loopback     ? NULL
                : has_key       ? "the API key"
                : pw && *pw     ? "the password in the URL"
                : user && *user ? "the user name in the URL"
@@ -1205,6 +1297,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         free(r);
         return -1;
     }
+    r->loopback = url_loopback(r->url);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);
     if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
