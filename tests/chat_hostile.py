@@ -4,7 +4,8 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry, "path": the request's path and
 # query}; each GET's path and query go to LOGFILE.get, a line each. It serves [::1] too, its port
-# written to PORTFILE.6 (none where the machine has no IPv6). GET .../models under a path starting
+# written to PORTFILE.6 (none where the machine has no IPv6); with HOSTILE_TLS=CERT:KEY in the
+# environment it serves TLS with that certificate too, its port written to PORTFILE.tls. GET .../models under a path starting
 # /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
@@ -67,9 +68,12 @@
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import gzip
+import http.server
 import json
 import os
+import ssl
 import sys
+import threading
 import time
 
 from serve_lib import FakeHandler, delta, sse, start_fake
@@ -350,6 +354,14 @@ class Fake(FakeHandler):
 
 
 srv = start_fake(Fake)
+if os.environ.get("HOSTILE_TLS"):  # CERT:KEY: the same server over TLS, its port in PORTFILE.tls
+    tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*os.environ["HOSTILE_TLS"].split(":"))
+    tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+    threading.Thread(target=tls.serve_forever, daemon=True).start()
+    with open(sys.argv[1] + ".tls", "w") as f:
+        f.write(str(tls.server_address[1]))
 try:
     srv6 = start_fake(Fake, "::1")
     with open(sys.argv[1] + ".6", "w") as f:

@@ -25,7 +25,14 @@
 # the environment's proxy.
 . "$K3_SRC/tests/tui-lib.sh"
 
-/usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+# a self-signed certificate for the server's TLS port, where openssl(1) is at hand
+tls=""
+if command -v openssl >/dev/null 2>&1 &&
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout "$K3_TMP/key.pem" \
+        -out "$K3_TMP/cert.pem" >/dev/null 2>&1; then
+    tls="$K3_TMP/cert.pem:$K3_TMP/key.pem"
+fi
+HOSTILE_TLS="$tls" /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
 fpid=$!
 trap 'tmux_end "$T"; kill $fpid 2>/dev/null; wait $fpid' EXIT
 wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
@@ -494,6 +501,22 @@ check "a connection closed inside an event: said so" grep -qF \
 printf 'hi\n' | http_proxy=http://127.0.0.2:9 HTTPS_PROXY=http://127.0.0.2:9 all_proxy=http://127.0.0.2:9 \
     K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outp" 2>"$K3_TMP/errp"
 check "a proxy in the environment: a loopback server is answered directly" grep -qx "ok" "$K3_TMP/outp"
+
+# TLS failures name their likely cause (OpenSSL's words alone: 'error:0A00010B:SSL
+# routines::wrong version number' for https:// to a server that speaks plain HTTP)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "https://127.0.0.1:$port" --plain >/dev/null 2>"$K3_TMP/errt"
+check "https:// to a plain-HTTP server: the handshake failed, use http://" grep -qF \
+    "(the TLS handshake failed: a server that speaks plain HTTP, as vLLM and SGLang do unless given a certificate, needs http://)" \
+    "$K3_TMP/errt"
+if [ -n "$tls" ] && wait_until "the TLS port" 10 test -s "$K3_TMP/port.tls"; then
+    printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "https://localhost:$(cat "$K3_TMP/port.tls")" --plain \
+        >/dev/null 2>"$K3_TMP/errt2"
+    check "a self-signed certificate: refused, saying what a certificate must be" grep -qF \
+        "(the server's certificate was refused: it must name the URL's host, and a private CA's must be among the system's certificates, update-ca-certificates(8))" \
+        "$K3_TMP/errt2"
+else
+    echo "SKIP: no openssl(1) here (a self-signed certificate)"
+fi
 
 # Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's
 # 'Callback aborted' as an error line

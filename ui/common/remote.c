@@ -359,7 +359,17 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         snprintf(out, n, "%.300s timed out: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc != CURLE_OK) {
-        snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        /* OpenSSL's words alone ('error:0A00010B:SSL routines::wrong version number' for https://
+         * to a server that speaks plain HTTP, as vLLM and SGLang do by default) said nothing of
+         * the cause */
+        snprintf(out, n, "%.300s: %.300s%s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc),
+                 rc == CURLE_SSL_CONNECT_ERROR ? " (the TLS handshake failed: a server that speaks plain "
+                                                 "HTTP, as vLLM and SGLang do unless given a certificate, "
+                                                 "needs http://)"
+                 : rc == CURLE_PEER_FAILED_VERIFICATION
+                     ? " (the server's certificate was refused: it must name the URL's host, and a "
+                       "private CA's must be among the system's certificates, update-ca-certificates(8))"
+                     : "");
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
          * a body showed the error before it) */
