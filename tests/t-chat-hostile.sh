@@ -457,6 +457,17 @@ printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/err200/v1" --plain >/dev/nu
 check "/models answering 200 with an error: the server's message" grep -qF \
     "k3chat: $ep/err200/v1/models answered 200 with an error: invalid api key" "$K3_TMP/erre2"
 
+# a server without a model list (404 at /models): without --model the line names the request and
+# the way on (it said only 'the server answered 404: Not Found'); with --model no line at all (each
+# start showed that error for a chat that worked)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --plain >/dev/null 2>"$K3_TMP/errm"
+check "no model list, no --model: the request named, --model suggested" grep -qF \
+    "k3chat: $ep/nomodels/v1/models: the server answered 404: Not Found (is that the API base? a server without a model list needs --model NAME)" \
+    "$K3_TMP/errm"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --model m --plain >"$K3_TMP/outm2" 2>"$K3_TMP/errm2"
+check "... with --model: answered" grep -qx "ok" "$K3_TMP/outm2"
+check "... and no error line ($(head -c 200 "$K3_TMP/errm2"))" [ ! -s "$K3_TMP/errm2" ]
+
 # a call's arguments as a JSON object instead of its text, in a stream and in a JSON answer: that
 # object's text (they were dropped: '-> get_weather()', kept with arguments "", which is no JSON)
 printf 'argsobj\nargsobj\n/save %s/argsobj.jsonl\n' "$K3_TMP" |

@@ -893,8 +893,19 @@ static int on_json_answer(remote *r) {
 static int discover(remote *r, char *msg, size_t n) {
     r->err[0]   = 0;
     CURLcode rc = http(r, "/models", NULL, 20);
+    if (rc == CURLE_OK && (r->http == 404 || r->http == 405) && r->model)
+        return 0; /* no model list (some servers, proxies), and none needed: --model named it (each
+                   * start showed 'the server answered 404' for a chat that worked) */
     if (rc != CURLE_OK || r->http >= 300 || r->http == 0) {
-        describe_failure(r, rc, msg, n);
+        char why[1000];
+        describe_failure(r, rc, why, sizeof why);
+        if (rc == CURLE_OK && r->http >= 300) /* the line named no request, nor the way on */
+            snprintf(msg, n, "%.300s/models: %.800s%s", r->shown, why,
+                     r->http == 404 || r->http == 405
+                         ? " (is that the API base? a server without a model list needs --model NAME)"
+                         : "");
+        else
+            snprintf(msg, n, "%s", why);
         return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
     /* NUL allowed as everywhere else in a server's JSON: another model's id may hold one */
