@@ -65,6 +65,7 @@
 #   filter    "part" with finish_reason "content_filter"; abort: "part" with "abort"
 #   rawutf8   content JSON with raw bytes that are not UTF-8 (FF, E4 B8 cut before its last byte)
 #   midcut    "half " and part of the next event, then the connection closes (no end of line)
+#   donehang  "ok-dh" and "data: [DONE]", then the connection stays open (60 s)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import gzip
@@ -321,6 +322,11 @@ class Fake(FakeHandler):
             out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
                 sse(delta({"content": "i\ud83d"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "donehang":  # the stream's end, but not the connection's
+            self.wfile.write(sse(delta({"content": "ok-dh"}, "stop")) + b"data: [DONE]\n\n")
+            self.wfile.flush()
+            time.sleep(60)
             return
         if last == "errnull":
             self.wfile.write(sse(delta({"content": "ok-"}, error=None)) + sse(delta({"content": "errnull"}, "stop", error=None)) +

@@ -168,6 +168,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->progress_at                                      = ev_now();
     CURLcode rc                                         = curl_easy_perform(c);
     long     code                                       = 0;
+    /* stopped at the stream's "[DONE]" (on_body): a server or proxy that left the connection open
+     * after it held a whole answer until the idle limit, which then called it interrupted */
+    if (rc == CURLE_WRITE_ERROR && r->done && !r->err[0])
+        rc = CURLE_OK;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -828,6 +832,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         if (rc)
             return 0;
         k += adv;
+        if (r->done) /* "data: [DONE]" ends the answer: what follows is not read (http) */
+            return 0;
     }
     return n;
 }
