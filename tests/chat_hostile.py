@@ -12,7 +12,8 @@
 # /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte; under
 # /ctlid/ one id "m ESC ]0;EVIL BEL x"); under
 # /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html); under /err200/ a GET gets 200
-# {"error": {"message": "invalid api key"}}, under /nomodels/ 404 {"detail": "Not Found"};
+# {"error": {"message": "invalid api key"}}, under /nomodels/ 404 {"detail": "Not Found"}, under /redir/ 301 to
+# http://127.0.0.2:9/api/v1/models/?api-version=2 (a slash added);
 # under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
 # depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
@@ -101,6 +102,12 @@ class Fake(FakeHandler):
             f.write(self.path + "\n")
         if self.path.startswith("/html/"):
             self.html()
+            return
+        if self.path.startswith("/redir/"):  # http:// sent to https://, say: another origin
+            self.send_response(301)
+            self.send_header("Location", "http://127.0.0.2:9/api/v1/models/?api-version=2")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if self.path.startswith("/nomodels/"):  # a server (a proxy) without a model list
             self.send_json(404, {"detail": "Not Found"})

@@ -253,6 +253,14 @@ check "a redirect names its target and is not followed" grep -qF \
     "$K3_TMP/err3"
 check "... a key to 127.0.0.1 draws no warning" sh -c "! grep -q warning '$K3_TMP/err3'"
 check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err3'"
+check "... the line gives the API base to use it" grep -qF \
+    "which k3chat does not follow: give --endpoint http://127.0.0.2:9/v1 to use it" "$K3_TMP/err3"
+# /models redirected: the base to give is the target without /models (the line said to give the
+# whole target, which as a base asked /api/v1/models/models)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/redir/v1" --plain >/dev/null 2>"$K3_TMP/err3m"
+check "a redirect of /models: the base to give, its query kept" grep -qF \
+    "which k3chat does not follow: give --endpoint http://127.0.0.2:9/api/v1?api-version=2 to use it" \
+    "$K3_TMP/err3m"
 
 # a URL without a scheme is http: libcurl guessed the protocol from the host's name (ftp.HOST spoke
 # FTP to the HTTP server and timed out; dict.HOST, ldap.HOST likewise)

@@ -56,20 +56,21 @@ typedef struct rcall { /* a tool call of the answer, as it streams */
 } rcall;
 
 typedef struct remote {
-    ue      *u;
-    k3_conv *c;
-    CURLU   *url;         /* --endpoint as libcurl reads it; each request sets its path (url_read) */
-    int      loopback;    /* its host is this machine's (url_loopback): reached directly, never by a proxy */
-    char    *path;        /* the API base's path: "/v1", "" for the root (no trailing slash)      */
-    char    *shown;       /* the base without user:password@ or query (messages, the status bar)  */
-    char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
-    char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
-    int      ctx_max;     /* from /models max_model_len, -1 unknown */
-    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
-    int      idle_s;      /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
-    double   progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
-    CURL    *curl;
-    char     cerr[CURL_ERROR_SIZE];
+    ue         *u;
+    k3_conv    *c;
+    CURLU      *url;      /* --endpoint as libcurl reads it; each request sets its path (url_read) */
+    int         loopback; /* its host is this machine's (url_loopback): reached directly, never by a proxy */
+    const char *req;      /* the request's path under the base: "/models", "/chat/completions" (http) */
+    char       *path;     /* the API base's path: "/v1", "" for the root (no trailing slash)      */
+    char       *shown;    /* the base without user:password@ or query (messages, the status bar)  */
+    char       *model;    /* NULL = not known yet (heap: a server's id may be long) */
+    char       *auth;     /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
+    int         ctx_max;  /* from /models max_model_len, -1 unknown */
+    int         ctx_used; /* prompt + completion tokens of the last answered turn (usage) */
+    int         idle_s;   /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
+    double      progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
+    CURL       *curl;
+    char        cerr[CURL_ERROR_SIZE];
     /* one turn */
     int         http; /* status of the response being read */
     int         is_sse;
@@ -117,6 +118,7 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
 /* GET or POST (body != NULL) the base's path + path; the answer goes through on_body. */
 static CURLcode http(remote *r, const char *path, const char *body, long timeout_s) {
     k3_buf at = {0};
+    r->req    = path;
     k3_buf_printf(&at, "%s%s", r->path, path);
     CURLUcode uc = at.p ? curl_url_set(r->url, CURLUPART_PATH, at.p, 0) : CURLUE_OUT_OF_MEMORY;
     free(at.p);
@@ -351,6 +353,30 @@ static const char *failure_of(json_t *o) {
     return m ? m : "(no message)";
 }
 
+/* The API base that a redirect's target means for the request req ("/models", "/chat/completions"):
+ * the target without req at its path's end, its query kept (an http:// base sent to https:// for
+ * /v1/models is https://.../v1: the whole target, the line's advice, read as a base asked
+ * /v1/models/models); an API at the root is named by its /chat/completions (url_read). NULL
+ * when the path does not end with req (curl_free). */
+static char *redirect_base(const char *to, const char *req) {
+    CURLU *u    = curl_url();
+    char  *path = NULL, *base = NULL;
+    if (u && req && curl_url_set(u, CURLUPART_URL, to, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
+        size_t pn = strlen(path), rn = strlen(req);
+        while (pn > 1 && path[pn - 1] == '/') /* ".../models/", a server's slash redirect */
+            path[--pn] = 0;
+        if (pn >= rn && !strcmp(path + pn - rn, req)) {
+            path[pn - rn] = 0;
+            if (curl_url_set(u, CURLUPART_PATH, pn > rn ? path : "/chat/completions", 0) == CURLUE_OK)
+                curl_url_get(u, CURLUPART_URL, &base, 0);
+        }
+    }
+    curl_free(path);
+    curl_url_cleanup(u);
+    return base;
+}
+
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
@@ -381,12 +407,20 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
-            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
-            snprintf(out, n,
-                     "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
-                     "give that address to --endpoint",
-                     r->http, to);
-        else
+            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to) {
+            char *base = redirect_base(to, r->req);
+            if (base)
+                snprintf(out, n,
+                         "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
+                         "give --endpoint %.300s to use it",
+                         r->http, to, base);
+            else
+                snprintf(out, n,
+                         "the server answered %d, a redirect to %.300s, which k3chat does not follow "
+                         "(not the API's path: is --endpoint the API base?)",
+                         r->http, to);
+            curl_free(base);
+        } else
             snprintf(out, n, "the server answered %d: %.400s", r->http,
                      msg         ? msg
                      : r->body.n ? r->body.p
