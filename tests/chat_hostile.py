@@ -66,6 +66,9 @@
 #   filter    "part" with finish_reason "content_filter"; abort: "part" with "abort"
 #   rawutf8   content JSON with raw bytes that are not UTF-8 (FF, E4 B8 cut before its last byte)
 #   midcut    "half " and part of the next event, then the connection closes (no end of line)
+#   noindex   two calls without "index", each whole in a chunk (ids call_1, call_2), as Gemini's
+#             OpenAI compatibility streams them; the second's arguments in two pieces, the later
+#             without an id
 #   donehang  "ok-dh" and "data: [DONE]", then the connection stays open (60 s)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -329,6 +332,13 @@ class Fake(FakeHandler):
             out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
                 sse(delta({"content": "i\ud83d"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "noindex":  # calls without "index"
+            ev = [{"id": "call_1", "type": "function", "function": {"name": "one", "arguments": '{"a": 1}'}},
+                  {"id": "call_2", "type": "function", "function": {"name": "two", "arguments": '{"b": '}},
+                  {"function": {"arguments": '2}'}}]
+            self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
+                             b"data: [DONE]\n\n")
             return
         if last == "donehang":  # the stream's end, but not the connection's
             self.wfile.write(sse(delta({"content": "ok-dh"}, "stop")) + b"data: [DONE]\n\n")

@@ -489,6 +489,19 @@ m = [json.loads(l) for l in open(sys.argv[1])][1:]
 c = [t["function"]["arguments"] for x in m for t in x.get("tool_calls") or []]
 sys.exit(c != ["{\"city\":\"Paris\"}", "{\"q\":1}"])' "$K3_TMP/argsobj.jsonl"
 
+# tool-call deltas without an "index" (each call whole in a chunk, as Gemini's OpenAI compatibility
+# sends them): a new call for each new id, a piece without one continues the last (the turn failed
+# as 'malformed stream: a tool call delta has no index')
+printf 'noindex\n/save %s/noindex.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outni" 2>"$K3_TMP/errni"
+check "calls without an index: both shown" sh -c "grep -qxF -e '-> one({\"a\": 1})' '$K3_TMP/outni' &&
+    grep -qxF -e '-> two({\"b\": 2})' '$K3_TMP/outni'"
+check "... and kept" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = [(t["id"], t["function"]["name"], t["function"]["arguments"]) for t in m[1].get("tool_calls") or []]
+sys.exit(c != [("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")])' "$K3_TMP/noindex.jsonl"
+
 # finish_reason "content_filter" or "abort": the server, not the model, ended the answer; a line says
 # so and the reply is kept marked interrupted (it showed and saved as a whole answer)
 printf 'filter\nabort\n/save %s/filter.jsonl\n' "$K3_TMP" |

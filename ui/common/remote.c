@@ -582,6 +582,15 @@ static int halves_join(remote *r, long *half, json_t *str, int marked) {
     return txt_buf_add(&r->joined, s, n);
 }
 
+/* The call that a delta without an "index" belongs to, id its "id": a server that streams each
+ * call whole, one to a chunk, may send none (Gemini's OpenAI compatibility; the turn failed as a
+ * malformed stream). The last call when the delta names no other id, else a new one. */
+static long long call_of_unindexed(const remote *r, json_t *id) {
+    const char *s    = json_string_value(id);
+    const char *last = r->n_calls ? r->calls[r->n_calls - 1].id : NULL;
+    return r->n_calls && (!s || !*s || (last && !strcmp(s, last))) ? r->n_calls - 1 : r->n_calls;
+}
+
 /* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message; texts:
  * the same array from the parse with marks, or arr (halves_join). */
 static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole) {
@@ -589,11 +598,9 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
     json_t *t;
     json_array_foreach(arr, i, t) {
         json_t   *ix  = json_object_get(t, "index");
-        long long idx = whole ? r->n_calls : json_is_integer(ix) ? json_integer_value(ix) : -1;
-        if (idx < 0 && !json_is_integer(ix)) {
-            snprintf(r->err, sizeof r->err, "malformed stream: a tool call delta has no index");
-            return -1;
-        }
+        long long idx = whole                 ? r->n_calls
+                        : json_is_integer(ix) ? json_integer_value(ix)
+                                              : call_of_unindexed(r, json_object_get(t, "id"));
         if (idx < 0 || idx > r->n_calls || idx >= REMOTE_MAX_CALLS) {
             snprintf(r->err, sizeof r->err,
                      "malformed stream: tool call index %lld out of order (calls open in order from 0, %d "
