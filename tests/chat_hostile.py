@@ -13,7 +13,8 @@
 # /ctlid/ one id "m ESC ]0;EVIL BEL x"); under
 # /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html); under /err200/ a GET gets 200
 # {"error": {"message": "invalid api key"}}, under /nomodels/ 404 {"detail": "Not Found"}, under /redir/ 301 to
-# http://127.0.0.2:9/api/v1/models/?api-version=2 (a slash added);
+# http://127.0.0.2:9/api/v1/models/?api-version=2 (a slash added), under /biglist/ "fake-model"
+# and 1000 more, about 2 MB;
 # under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
 # depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
@@ -111,6 +112,10 @@ class Fake(FakeHandler):
             self.send_header("Location", "http://127.0.0.2:9/api/v1/models/?api-version=2")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path.startswith("/biglist/"):  # a model list past 1 MiB (a router's hundreds of models)
+            pad = [{"id": "other-%d" % k, "object": "model", "description": "d" * 2000} for k in range(1000)]
+            self.send_json(200, {"object": "list", "data": self.MODELS + pad})
             return
         if self.path.startswith("/nomodels/"):  # a server (a proxy) without a model list
             self.send_json(404, {"detail": "Not Found"})

@@ -476,6 +476,12 @@ printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --model m --pl
 check "... with --model: answered" grep -qx "ok" "$K3_TMP/outm2"
 check "... and no error line ($(head -c 200 "$K3_TMP/errm2"))" [ ! -s "$K3_TMP/errm2" ]
 
+# a model list past 1 MiB (a router's hundreds of models): read (it failed as 'the answer is over
+# 1048576 bytes and is not a stream' and no model was known)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/biglist/v1" --plain >"$K3_TMP/outbl" 2>"$K3_TMP/errbl"
+check "a 2 MB model list: its first model answers" grep -qx "ok" "$K3_TMP/outbl"
+check "... no error line ($(head -c 200 "$K3_TMP/errbl"))" [ ! -s "$K3_TMP/errbl" ]
+
 # a call's arguments as a JSON object instead of its text, in a stream and in a JSON answer: that
 # object's text (they were dropped: '-> get_weather()', kept with arguments "", which is no JSON)
 printf 'argsobj\nargsobj\n/save %s/argsobj.jsonl\n' "$K3_TMP" |

@@ -42,6 +42,7 @@
 #include <strings.h>
 
 #define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_LIST (16u << 20)   /* bytes of the /models list (OpenRouter's runs past 1 MiB) */
 #define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
 #define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer: reasoning, text, tool calls         */
 #define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
@@ -826,13 +827,16 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     }
     if (!r->is_sse) {
         r->progress_at = ev_now(); /* a JSON answer or an error: its bytes are its progress */
-        if (r->body.n + n > REMOTE_MAX_BODY) {
-            long code = 0; /* an error's body: the status is the news (it was called an answer) */
-            curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
-            if (code >= 300)
+        long code      = 0;
+        curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
+        int list = code < 300 && !strcmp(r->req, "/models");
+        if (r->body.n + n > (list ? REMOTE_MAX_LIST : REMOTE_MAX_BODY)) {
+            if (code >= 300) /* an error's body: the status is the news (it was called an answer) */
                 snprintf(r->err, sizeof r->err,
                          "the server answered %ld with a body of over %u bytes, not read", code,
                          REMOTE_MAX_BODY);
+            else if (list)
+                snprintf(r->err, sizeof r->err, "the model list is over %u bytes, not read", REMOTE_MAX_LIST);
             else
                 snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
                          REMOTE_MAX_BODY);
