@@ -70,6 +70,7 @@ typedef struct remote {
     int         ctx_used; /* prompt + completion tokens of the last answered turn (usage) */
     int         idle_s;   /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
     double      progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
+    double      done_at;     /* when the stream's "[DONE]" came (on_xfer) */
     CURL       *curl;
     char        cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -106,6 +107,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud);
 static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     (void)dt, (void)dn, (void)ut, (void)un;
     remote *r = ud;
+    /* the stream's "[DONE]" is the answer's end: a server or proxy that left the connection open
+     * after it held a whole answer until the idle limit, which then called it interrupted. A second
+     * lets a server end the body as it should (the connection is then kept for the next turn). */
+    if (r->done && ev_now() - r->done_at > 1)
+        return 1;
     if (ue_cancelled(r->u))
         return 1;
     if (ev_now() - r->progress_at <= r->idle_s)
@@ -171,9 +177,7 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->progress_at                                      = ev_now();
     CURLcode rc                                         = curl_easy_perform(c);
     long     code                                       = 0;
-    /* stopped at the stream's "[DONE]" (on_body): a server or proxy that left the connection open
-     * after it held a whole answer until the idle limit, which then called it interrupted */
-    if (rc == CURLE_WRITE_ERROR && r->done && !r->err[0])
+    if (rc == CURLE_ABORTED_BY_CALLBACK && r->done && !r->err[0]) /* after "[DONE]": the end (on_xfer) */
         rc = CURLE_OK;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
@@ -714,7 +718,8 @@ static void usage_of(remote *r, json_t *o) {
 static int on_event(remote *r, const char *d, size_t n) {
     r->n_events++;
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
-        r->done = 1;
+        r->done    = 1;
+        r->done_at = ev_now();
         return 0;
     }
     json_error_t je;
@@ -813,6 +818,8 @@ static int on_line(remote *r, const char *s, size_t n) {
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     remote *r = ud;
     size_t  n = sz * nm;
+    if (r->done) /* after the stream's "[DONE]" (on_xfer) */
+        return n;
     if (r->is_sse < 0) {
         long  code = 0;
         char *ct   = NULL;
@@ -877,8 +884,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         if (rc)
             return 0;
         k += adv;
-        if (r->done) /* "data: [DONE]" ends the answer: what follows is not read (http) */
-            return 0;
+        if (r->done) /* "data: [DONE]" ends the answer: what follows is not read (on_xfer) */
+            return n;
     }
     return n;
 }
