@@ -445,6 +445,16 @@ else
     echo "SKIP: no IPv6 loopback here ([::1] endpoints)"
 fi
 
+# calls_kept FILE LIST: the tool calls of transcript FILE's assistant messages, in order, as
+# (id, name, arguments) are the Python literal LIST
+calls_kept() {
+    /usr/bin/python3 -c '
+import ast, json, sys
+m = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+c = [(t["id"], t["function"]["name"], t["function"]["arguments"]) for x in m for t in x.get("tool_calls") or []]
+sys.exit(c != ast.literal_eval(sys.argv[2]))' "$1" "$2"
+}
+
 # a body compressed though the request asked for none (a proxy's gzip): decoded (the stream was
 # read as its compressed bytes, 'without one data: event', an error as '\x1F\x8B\x08')
 printf 'gzip\ngzerr\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outz" 2>"$K3_TMP/errz"
@@ -489,11 +499,8 @@ printf 'argsobj\nargsobj\n/save %s/argsobj.jsonl\n' "$K3_TMP" |
 check "arguments as an object in a stream: shown as JSON text" \
     grep -qxF -e '-> get_weather({"city":"Paris"})' "$K3_TMP/outa"
 check "... in a JSON answer too" grep -qxF -e '-> lookup({"q":1})' "$K3_TMP/outa"
-check "... and kept as that text" /usr/bin/python3 -c '
-import json, sys
-m = [json.loads(l) for l in open(sys.argv[1])][1:]
-c = [t["function"]["arguments"] for x in m for t in x.get("tool_calls") or []]
-sys.exit(c != ["{\"city\":\"Paris\"}", "{\"q\":1}"])' "$K3_TMP/argsobj.jsonl"
+check "... and kept as that text" calls_kept "$K3_TMP/argsobj.jsonl" \
+    '[("call_w", "get_weather", "{\"city\":\"Paris\"}"), ("call_o", "lookup", "{\"q\":1}")]'
 
 # tool-call deltas without an "index" (each call whole in a chunk, as Gemini's OpenAI compatibility
 # sends them): a new call for each new id, a piece without one continues the last (the turn failed
@@ -502,11 +509,7 @@ printf 'noindex\n/save %s/noindex.jsonl\n' "$K3_TMP" |
     timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outni" 2>"$K3_TMP/errni"
 check "calls without an index: both shown" sh -c "grep -qxF -e '-> one({\"a\": 1})' '$K3_TMP/outni' &&
     grep -qxF -e '-> two({\"b\": 2})' '$K3_TMP/outni'"
-check "... and kept" /usr/bin/python3 -c '
-import json, sys
-m = [json.loads(l) for l in open(sys.argv[1])][1:]
-c = [(t["id"], t["function"]["name"], t["function"]["arguments"]) for t in m[1].get("tool_calls") or []]
-sys.exit(c != [("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")])' "$K3_TMP/noindex.jsonl"
+check "... and kept" calls_kept "$K3_TMP/noindex.jsonl" '[("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")]'
 
 # finish_reason "content_filter" or "abort": the server, not the model, ended the answer; a line says
 # so and the reply is kept marked interrupted (it showed and saved as a whole answer)
