@@ -70,7 +70,8 @@
 #   noindex   two calls without "index", each whole in a chunk (ids call_1, call_2), as Gemini's
 #             OpenAI compatibility streams them; the second's arguments in two pieces, the later
 #             without an id
-#   donehang  "ok-dh" and "data: [DONE]", then the connection stays open (60 s)
+#   donehang  "ok-dh" and "data: [DONE]", then the connection stays open (60 s); finhang: "ok-fh"
+#             with finish_reason "stop" and its usage, then the same without "[DONE]"
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import gzip
@@ -345,8 +346,12 @@ class Fake(FakeHandler):
             self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
                              b"data: [DONE]\n\n")
             return
-        if last == "donehang":  # the stream's end, but not the connection's
-            self.wfile.write(sse(delta({"content": "ok-dh"}, "stop")) + b"data: [DONE]\n\n")
+        if last in ("donehang", "finhang"):  # the stream's end, but not the connection's
+            if last == "donehang":
+                self.wfile.write(sse(delta({"content": "ok-dh"}, "stop")) + b"data: [DONE]\n\n")
+            else:
+                self.wfile.write(sse(delta({"content": "ok-fh"}, "stop")) +
+                                 sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}))
             self.wfile.flush()
             time.sleep(60)
             return

@@ -537,17 +537,20 @@ check "a connection closed inside an event: said so" grep -qF \
     "k3chat: $ep/v1: the stream ended inside an event, before the answer was complete (premature end of input" \
     "$K3_TMP/erru8"
 
-# "data: [DONE]" with the connection left open after it (a proxy's keep-alive gone wrong): the
-# answer ends there (the whole answer waited for K3_ENDPOINT_IDLE_SECS, then was called stopped
-# and kept as interrupted)
-printf 'donehang\n/save %s/dh.jsonl\n' "$K3_TMP" |
+# "data: [DONE]", or a finish_reason and its usage without "[DONE]", and the connection left open
+# after it (a proxy's keep-alive gone wrong): the answer ends there (the whole answer waited for
+# K3_ENDPOINT_IDLE_SECS, then was called stopped and kept as interrupted)
+printf 'donehang\nfinhang\n/stats\n/save %s/dh.jsonl\n' "$K3_TMP" |
     K3_ENDPOINT_IDLE_SECS=5 timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outdh" 2>"$K3_TMP/errdh"
 check "[DONE] and the connection left open: the answer" grep -qx "ok-dh" "$K3_TMP/outdh"
+check "... a finish_reason without [DONE] too" grep -qx "ok-fh" "$K3_TMP/outdh"
 check "... whole: no error line" sh -c "! grep -q 'was stopped' '$K3_TMP/errdh'"
-check "... and not kept as interrupted" /usr/bin/python3 -c '
+check "... the usage after the finish counted" grep -q "^k3chat: context: 7 of 4096 tokens" "$K3_TMP/errdh"
+check "... and neither kept as interrupted" /usr/bin/python3 -c '
 import json, sys
 a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
-sys.exit(not (len(a) == 1 and a[0]["content"] == "ok-dh" and not a[0].get("interrupted")))' "$K3_TMP/dh.jsonl"
+sys.exit(not ([x["content"] for x in a] == ["ok-dh", "ok-fh"] and not any(x.get("interrupted") for x in a)))' \
+    "$K3_TMP/dh.jsonl"
 
 # a proxy in the environment (http_proxy, all_proxy; nothing listens at 127.0.0.2:9): a server on
 # this machine is reached directly (libcurl sent the request, the key with it, to the proxy)

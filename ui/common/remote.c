@@ -48,6 +48,7 @@
 #define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
 #define REMOTE_MAX_TOKENS (1 << 29)   /* a token count past this is not believed (two add up in an int) */
 #define REMOTE_CONNECT_S 10L
+#define REMOTE_END_WAIT_S 3 /* seconds the body may go on after the answer's end (on_xfer) */
 
 typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
@@ -70,7 +71,7 @@ typedef struct remote {
     int         ctx_used; /* prompt + completion tokens of the last answered turn (usage) */
     int         idle_s;   /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
     double      progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
-    double      done_at;     /* when the stream's "[DONE]" came (on_xfer) */
+    double      end_at;      /* when "[DONE]" or the first finish_reason came, 0: not yet (on_xfer) */
     CURL       *curl;
     char        cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -107,10 +108,12 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud);
 static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     (void)dt, (void)dn, (void)ut, (void)un;
     remote *r = ud;
-    /* the stream's "[DONE]" is the answer's end: a server or proxy that left the connection open
-     * after it held a whole answer until the idle limit, which then called it interrupted. A second
-     * lets a server end the body as it should (the connection is then kept for the next turn). */
-    if (r->done && ev_now() - r->done_at > 1)
+    /* the answer's end came ("[DONE]", or a finish_reason) but not the body's: a server or proxy
+     * that left the connection open held a whole answer until the idle limit, which then called it
+     * interrupted. REMOTE_END_WAIT_S after the end and the last part (usage may follow a finish)
+     * the transfer stops as the answer's end (http); a server that ends its body as it should
+     * keeps the connection for the next turn. */
+    if (r->end_at > 0 && ev_now() - fmax(r->end_at, r->progress_at) > REMOTE_END_WAIT_S)
         return 1;
     if (ue_cancelled(r->u))
         return 1;
@@ -175,9 +178,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->body.n = r->line.n = r->data.n = 0;
     r->ev_error = r->after_cr = r->n_events = r->at_end = 0;
     r->progress_at                                      = ev_now();
+    r->end_at                                           = 0;
     CURLcode rc                                         = curl_easy_perform(c);
     long     code                                       = 0;
-    if (rc == CURLE_ABORTED_BY_CALLBACK && r->done && !r->err[0]) /* after "[DONE]": the end (on_xfer) */
+    if (rc == CURLE_ABORTED_BY_CALLBACK && r->end_at > 0 && !r->err[0]) /* after the end (on_xfer) */
         rc = CURLE_OK;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
@@ -718,8 +722,8 @@ static void usage_of(remote *r, json_t *o) {
 static int on_event(remote *r, const char *d, size_t n) {
     r->n_events++;
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
-        r->done    = 1;
-        r->done_at = ev_now();
+        r->done   = 1;
+        r->end_at = ev_now();
         return 0;
     }
     json_error_t je;
@@ -768,8 +772,10 @@ static int on_event(remote *r, const char *d, size_t n) {
     if (answer_size(r) != had || (size_t)r->n_calls != calls) /* a part of the answer: progress */
         r->progress_at = ev_now();
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
-    if (f)
+    if (f && *f) {
         snprintf(r->finish, sizeof r->finish, "%s", f);
+        r->end_at = r->end_at > 0 ? r->end_at : ev_now();
+    }
     json_decref(o);
     return 0;
 }
