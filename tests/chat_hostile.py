@@ -42,6 +42,8 @@
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
 #   err500big 500 with an 8 MiB body, as a failing proxy's page
+#   sse400    400 labelled text/event-stream, its error as an event: data: {"error": {...}}
+#   empty200  200 with an empty body
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   surrogate "a", then a lone high surrogate (\ud83d, its low half never comes), a pair (U+1F600), a
 #             lone low one (\udcff, surrogateescape's byte) and "\\ud800" (an escaped backslash,
@@ -161,6 +163,14 @@ class Fake(FakeHandler):
             body = b'{"error": {"message": "the first error"}}' if last == "err400" else b""
             self.send_response(400 if last == "err400" else 502)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if last in ("sse400", "empty200"):
+            body = b'data: {"error": {"message": "bad request x"}}\n\n' if last == "sse400" else b""
+            self.send_response(400 if body else 200)
+            self.send_header("Content-Type", "text/event-stream" if body else "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

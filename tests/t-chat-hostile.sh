@@ -282,6 +282,16 @@ check "a 400 with its message: shown" grep -qF "k3chat: the server answered 400:
 check "... then a 502 without a body: '(no message)', not the 400's" grep -qF \
     "k3chat: the server answered 502: (no message)" "$K3_TMP/err12e"
 
+# a 400 whose error comes as an event ("data: {...}"): its message (the line showed 'data: ' and the
+# JSON raw, the body's blank line inside it); a 200 without a body says so (it was 'the stream
+# ended without one data: event', of a stream that never began)
+printf 'sse400\nempty200\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err12d"
+check "a 400 sent as an event: its message" grep -qxF \
+    "k3chat: the server answered 400: bad request x (the conversation is kept: /retry sends the message again)" \
+    "$K3_TMP/err12d"
+check "a 200 with an empty body: said so" grep -qF \
+    "k3chat: $ep/v1: the server answered 200 with an empty body (the conversation" "$K3_TMP/err12d"
+
 # a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
 # NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"

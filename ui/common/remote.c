@@ -411,8 +411,19 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
                      : "");
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
-         * a body showed the error before it) */
-        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL, 0) : NULL;
+         * a body showed the error before it); an error sent as an event ("data: {...}") is its data
+         * (the line showed "data: " and the JSON raw), and the line ends after the body's text */
+        const char *b  = r->body.p, *nl;
+        size_t      bn = r->body.n;
+        if (bn > 5 && !memcmp(b, "data:", 5)) {
+            size_t skip = 5 + (b[5] == ' ');
+            b += skip, bn -= skip;
+            if ((nl = memchr(b, '\n', bn)))
+                bn = (size_t)(nl - b);
+        }
+        while (bn && strchr(" \t\r\n", b[bn - 1]))
+            bn--;
+        json_t     *o   = bn ? server_json(b, bn, NULL, 0) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -430,10 +441,11 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
                          r->http, to);
             curl_free(base);
         } else
-            snprintf(out, n, "the server answered %d: %.400s", r->http,
-                     msg         ? msg
-                     : r->body.n ? r->body.p
-                                 : "(no message)");
+            snprintf(out, n, "the server answered %d: %.*s", r->http,
+                     msg || !bn ? 400 : (int)(bn < 400 ? bn : 400),
+                     msg  ? msg
+                     : bn ? b
+                          : "(no message)");
         curl_off_t wait = -1;
         if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
             snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
@@ -1127,7 +1139,9 @@ static void turn(remote *r, const ue_gen *g, int retry) {
             describe_failure(r, rc, msg, sizeof msg);
             failed = 1;
         } else if (!r->done && !r->finish[0]) {
-            if (r->n_events)
+            if (r->is_sse < 0) /* not one byte (it was called a stream without one 'data:' event) */
+                snprintf(msg, sizeof msg, "%s: the server answered %d with an empty body", r->shown, r->http);
+            else if (r->n_events)
                 snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
             else /* lines, but none of them "data:": JSON lines, say, not an event stream */
                 snprintf(msg, sizeof msg,
