@@ -492,7 +492,8 @@ printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --plain >/dev/
 check "no model list, no --model: the request named, --model suggested" grep -qF \
     "k3chat: $ep/nomodels/v1/models: the server answered 404: Not Found (is that the API base? a server without a model list needs --model NAME)" \
     "$K3_TMP/errm"
-printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --model m --plain >"$K3_TMP/outm2" 2>"$K3_TMP/errm2"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --model m --plain \
+    >"$K3_TMP/outm2" 2>"$K3_TMP/errm2"
 check "... with --model: answered" grep -qx "ok" "$K3_TMP/outm2"
 check "... and no error line ($(head -c 200 "$K3_TMP/errm2"))" [ ! -s "$K3_TMP/errm2" ]
 
@@ -519,7 +520,8 @@ printf 'noindex\n/save %s/noindex.jsonl\n' "$K3_TMP" |
     timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outni" 2>"$K3_TMP/errni"
 check "calls without an index: both shown" sh -c "grep -qxF -e '-> one({\"a\": 1})' '$K3_TMP/outni' &&
     grep -qxF -e '-> two({\"b\": 2})' '$K3_TMP/outni'"
-check "... and kept" calls_kept "$K3_TMP/noindex.jsonl" '[("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")]'
+check "... and kept" calls_kept "$K3_TMP/noindex.jsonl" \
+    '[("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")]'
 
 # finish_reason "content_filter" or "abort": the server, not the model, ended the answer; a line says
 # so and the reply is kept marked interrupted (it showed and saved as a whole answer)
