@@ -69,6 +69,8 @@
 #   filter    "part" with finish_reason "content_filter"; abort: "part" with "abort"
 #   rawutf8   content JSON with raw bytes that are not UTF-8 (FF, E4 B8 cut before its last byte)
 #   midcut    "half " and part of the next event, then the connection closes (no end of line)
+#   interleave two calls whose pieces come interleaved: one {"x": 1}, two {"y": 2}, one's rest
+#             after two began
 #   noindex   two calls without "index", each whole in a chunk (ids call_1, call_2), as Gemini's
 #             OpenAI compatibility streams them; the second's arguments in two pieces, the later
 #             without an id
@@ -348,6 +350,13 @@ class Fake(FakeHandler):
             out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
                 sse(delta({"content": "i\ud83d"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "interleave":  # the calls' pieces interleaved
+            ev = [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "one", "arguments": '{"x": '}},
+                  {"index": 1, "id": "call_2", "type": "function", "function": {"name": "two", "arguments": '{"y": '}},
+                  {"index": 0, "function": {"arguments": '1}'}}, {"index": 1, "function": {"arguments": '2}'}}]
+            self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
+                             b"data: [DONE]\n\n")
             return
         if last == "noindex":  # calls without "index"
             ev = [{"id": "call_1", "type": "function", "function": {"name": "one", "arguments": '{"a": 1}'}},

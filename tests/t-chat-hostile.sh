@@ -513,6 +513,15 @@ check "... in a JSON answer too" grep -qxF -e '-> lookup({"q":1})' "$K3_TMP/outa
 check "... and kept as that text" calls_kept "$K3_TMP/argsobj.jsonl" \
     '[("call_w", "get_weather", "{\"city\":\"Paris\"}"), ("call_o", "lookup", "{\"q\":1}")]'
 
+# two calls whose pieces come interleaved (the first's rest after the second began): each box shows
+# its call whole, in order (the first showed '-> one({"x": )', the rest of it never, though kept)
+printf 'interleave\n/save %s/inter.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outil" 2>"$K3_TMP/erril"
+check "interleaved calls: each shown whole, in order" [ "$(grep -e '^-> ' "$K3_TMP/outil")" = \
+    "$(printf '%s\n' '-> one({"x": 1})' '-> two({"y": 2})')" ]
+check "... and kept" calls_kept "$K3_TMP/inter.jsonl" \
+    '[("call_1", "one", "{\"x\": 1}"), ("call_2", "two", "{\"y\": 2}")]'
+
 # tool-call deltas without an "index" (each call whole in a chunk, as Gemini's OpenAI compatibility
 # sends them): a new call for each new id, a piece without one continues the last (the turn failed
 # as 'malformed stream: a tool call delta has no index')

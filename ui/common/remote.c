@@ -516,27 +516,41 @@ static void box_close(remote *r) {
     r->box = -1;
 }
 
-/* Call k is shown in the response as the local engine shows one (ue_emit_call), once it has a
- * name, in a box of its own: the box open before (the call before it, or a later call a server
- * named first) is closed. */
-static void call_show(remote *r, int k) {
-    rcall *c = &r->calls[k];
-    if (c->shown || !c->name)
-        return;
-    if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
-        r->half[1] = 0;
-    box_close(r);
-    c->shown = 1;
-    r->box   = k;
-    ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
-}
-
-/* 1 when a call's arguments are a whole JSON object (those of a call cut short are not). */
+/* 1 when a call's arguments are a whole JSON object (those of a call cut short are not); parsed
+ * only when they end with '}', as a whole object does (calls_show asks at each piece). */
 static int args_whole(const txt_buf *a) {
-    json_t *o     = json_loadb(a->p ? a->p : "", a->n, 0, NULL);
+    size_t e = a->n;
+    while (e && (a->p[e - 1] == ' ' || a->p[e - 1] == '\t' || a->p[e - 1] == '\r' || a->p[e - 1] == '\n'))
+        e--;
+    if (!e || a->p[e - 1] != '}')
+        return 0;
+    json_t *o     = json_loadb(a->p, a->n, 0, NULL);
     int     whole = json_is_object(o);
     json_decref(o);
     return whole;
+}
+
+/* The calls are shown in the response as the local engine shows them (ue_emit_call), each once it
+ * has a name, in a box of its own, in the order of their indexes. A box stays open while its
+ * call's arguments are not yet a whole JSON object: a server that interleaves its calls' pieces
+ * sends more of it after the next call began (the box had closed at the next call, and the pieces
+ * after never showed: '-> one({"x": )' for a call kept as {"x": 1}); the calls named meanwhile
+ * wait, their text kept, and open after it. end: the answer ended, every named call is shown. */
+static void calls_show(remote *r, int end) {
+    for (int k = 0; k < r->n_calls; k++) {
+        rcall         *c = &r->calls[k];
+        const txt_buf *a = r->box >= 0 ? &r->calls[r->box].args : NULL;
+        if (c->shown || !c->name)
+            continue;
+        if (!end && a && !args_whole(a))
+            return;
+        if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
+            r->half[1] = 0;
+        box_close(r);
+        c->shown = 1;
+        r->box   = k;
+        ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
+    }
 }
 
 static void calls_free(remote *r) {
@@ -637,7 +651,6 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             }
             r->calls = c;
             memset(&c[r->n_calls++], 0, sizeof *c);
-            box_close(r); /* the calls before it are done */
         }
         rcall  *c    = &r->calls[idx];
         json_t *fn   = json_object_get(t, "function");
@@ -664,7 +677,7 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
         if (n && r->box == idx)
             ue_emit_call(r->u, NULL, a, n, 0);
         free(obj);
-        call_show(r, (int)idx);
+        calls_show(r, 0);
     }
     return 0;
 }
@@ -1155,6 +1168,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
      * that a length finish cut (its arguments are no JSON object): the local engine keeps only
      * whole calls, and one cut would go back to the server in every later request */
     halves_end(r);
+    calls_show(r, 1); /* the calls that waited for an open box's call (calls_show) */
     box_close(r);
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
