@@ -802,6 +802,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *pat
     if ((st = g_new(g->voc, g->what, &s)))
         return st;
     s->free_fill = 1;
+    s->meter     = g->meter;
     if ((a = g_node_new(s)) < 0 || (b = g_node_new(s)) < 0) {
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
         goto done;
@@ -809,7 +810,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *pat
     if ((st = g_pattern(s, re, n, path, raw, a, b)))
         goto done;
     P.far = lc_far(s) + 1;
-    if (!(P.rep = k3_calloc((size_t)s->n_node * LC_N * 2, sizeof *P.rep)) || lc_get(&P, a, LC_CHAR, 0) < 0 ||
+    if (g_charge(g, (size_t)s->n_node * LC_N * 2 * sizeof *P.rep) ||
+        !(P.rep = k3_calloc((size_t)s->n_node * LC_N * 2, sizeof *P.rep)) || lc_get(&P, a, LC_CHAR, 0) < 0 ||
         (st = g_eps(g, from, P.e[0].id)))
         goto fail;
     for (int i = 0; i < P.n; i++) { /* breadth first: P.e[] is the queue */

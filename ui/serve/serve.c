@@ -239,6 +239,30 @@ static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
     return own + turn;
 }
 
+/* A request's grammar compile (sreq_parse, before its jobs exist) is charged to the server's total
+ * as it grows, K3_GMETER_STEP at a time, while the budget has room: the compiles running at once
+ * (SERVE_PARSING) take what the grammars held leave, never more, and one that would pass it stops
+ * there (a 400 when nothing else was held, else a 503). Once it is compiled, the request's own
+ * charge (gram_charge_locked, what the grammar holds) replaces the steps granted. */
+typedef struct gram_meter {
+    k3_gmeter m;
+    size_t    others; /* at a refusal: the bytes the others held                          */
+    int       alone;  /* at a refusal: it alone would pass the budget, the others' bytes or not */
+} gram_meter;
+
+static int gram_meter_charge(void *ud, size_t n) {
+    gram_meter *gm = ud;
+    pthread_mutex_lock(&srv.mu);
+    int over = srv.gram_held + n > (size_t)srv.gram_mb << 20;
+    if (over) {
+        gm->others = srv.gram_held - gm->m.granted;
+        gm->alone  = gm->m.granted + n > (size_t)srv.gram_mb << 20;
+    } else
+        srv.gram_held += n;
+    pthread_mutex_unlock(&srv.mu);
+    return over;
+}
+
 /* Drops j's share of its request (the last job frees it). Lock held. */
 static void body_unref_locked(job *j) {
     if (--j->b->refs > 0)
@@ -1298,6 +1322,32 @@ static json_t *choice_obj(const job *j) {
                      j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
 }
 
+/* Request seq's grammar takes the grammars' total past their budget: bytes (its own, or its
+ * compile's when it stopped, `when`), held: the others'; alone: nothing else could make room
+ * (400 grammar_too_large), else 503 grammar_budget. */
+static void gram_refuse(http_req *con, unsigned seq, int alone, size_t held, size_t bytes, const char *when) {
+    char m[400];
+    int  mb = (int)((bytes + (1 << 20) - 1) >> 20);
+    pthread_mutex_lock(&srv.mu);
+    int q = srv.n_queued, a = srv.n_active;
+    pthread_mutex_unlock(&srv.mu);
+    if (alone)
+        snprintf(
+            m, sizeof m,
+            "the grammar of response_format or tool_choice takes %s%d MB%s%s (for all n choices), more than "
+            "the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
+            *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
+    else
+        snprintf(m, sizeof m,
+                 "the server is busy: the grammars of the requests it holds take %zu MB, and this one's %s%d "
+                 "MB%s%s would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
+                 held >> 20, *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
+    serve_log("#%u %d: grammar budget (%s%zu MB%s%s; %zu MB held, %d active, %d queued)", seq,
+              alone ? 400 : 503, *when ? "over " : "", bytes >> 20, *when ? " " : "", when, held >> 20, a, q);
+    send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
+               alone ? "grammar_too_large" : "grammar_budget", m);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
@@ -1332,8 +1382,9 @@ static void chat_completions(http_req *con) {
     static atomic_uint n_parsed;
     jgroup             g  = {.fd = con->fd, .v11 = con->v11};
     perr               e  = {{0}, {0}, {0}};
+    gram_meter         gm = {.m = {.charge = gram_meter_charge, .ud = &gm}};
     sbody             *sb = calloc(1, sizeof *sb);
-    int                rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &sb->r, &e) : -2;
+    int rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &gm.m, &sb->r, &e) : -2;
     if (!rc && sb->r.n > srv.n_slots + srv.max_queue)
         rc = serve_bad(&e, "invalid_value",
                        "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
@@ -1357,6 +1408,7 @@ static void chat_completions(http_req *con) {
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
+        srv.gram_held -= gm.m.granted; /* what its compile took, now freed */
         if (g.n) {
             group_drop_locked(&g); /* the last job frees sb */
         } else {
@@ -1367,6 +1419,10 @@ static void chat_completions(http_req *con) {
         }
         if (rc == -2) {
             send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+            return;
+        }
+        if (gm.m.refused) { /* its compile would have passed the grammars' budget */
+            gram_refuse(con, seq, gm.alone, gm.others, gm.m.granted, "while it was compiled");
             return;
         }
         serve_log("#%u 400: %s", seq, e.msg);
@@ -1380,6 +1436,7 @@ static void chat_completions(http_req *con) {
     /* numbered as they reach the queue, in the lock that appends them: the numbers of queued jobs
      * are their queue order (they were numbered before their requests were parsed, and two parsed
      * side by side could reach the queue out of number order) */
+    srv.gram_held -= gm.m.granted; /* its compile's steps: the grammar's own bytes replace them */
     size_t held0 = srv.gram_held, budget = (size_t)srv.gram_mb << 20;
     for (int i = 0; i < g.n; i++) {
         job *j = g.j[i];
@@ -1401,24 +1458,9 @@ static void chat_completions(http_req *con) {
         return;
     }
     if (gb && srv.gram_held > budget) { /* its grammars would take the total past the budget */
-        int    alone = gb > budget, q = srv.n_queued, a = srv.n_active;
         size_t held = srv.gram_held - gb;
         group_drop_locked(&g);
-        char m[300];
-        if (alone)
-            snprintf(m, sizeof m,
-                     "the grammar of response_format or tool_choice takes %zu MB (for all n choices), more "
-                     "than the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
-                     (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
-        else
-            snprintf(m, sizeof m,
-                     "the server is busy: the grammars of the requests it holds take %zu MB, and this one's "
-                     "%zu MB would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
-                     held >> 20, (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
-        serve_log("#%u %d: grammar budget (%zu MB; %zu MB held, %d active, %d queued)", seq,
-                  alone ? 400 : 503, gb >> 20, held >> 20, a, q);
-        send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
-                   alone ? "grammar_too_large" : "grammar_budget", m);
+        gram_refuse(con, seq, gb > budget, held, gb, "");
         return;
     }
     /* free slots take theirs at once; a request of n choices needs room for all n; a full queue
