@@ -184,6 +184,8 @@
       "milliseconds each layer of a prefill pass waits (tests)")                                             \
     X(TEST_DECODE_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_DECODE_DELAY", NULL, NULL, NULL,             \
       "milliseconds each decoded token waits (tests)")                                                       \
+    X(TEST_NAN_TOKEN, INT, 0, 16777216, NAN, NULL, "ID", "K3_TEST_NAN_TOKEN", NULL, NULL, NULL,              \
+      "a session fed this token id gets a NaN hidden state (tests)")                                         \
     X(TEST_WINDOW_MAX, INT, 0, 16777216, 0, NULL, "N", "K3_TEST_WINDOW_MAX", NULL, NULL, NULL,               \
       "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
