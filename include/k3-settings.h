@@ -79,6 +79,8 @@
       "requests --serve generates at once")                                                                  \
     X(SERVE_QUEUE, INT, 0, 100000, 32, NULL, "N", "K3_SERVE_QUEUE", NULL, NULL, NULL,                        \
       "requests --serve keeps waiting for a slot")                                                           \
+    X(SERVE_SHARE, INT, 1, 100000, 16, NULL, "N", "K3_SERVE_SHARE", NULL, NULL, NULL,                        \
+      "choices a client address may hold in --serve once its queue is full")                                 \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
     X(SERVE_GRAMMAR_MB, INT, 0, 1048576, 0, NULL, "MB", "K3_SERVE_GRAMMAR_MB", NULL, NULL, NULL,             \

@@ -86,8 +86,7 @@
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 #define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
-#define SERVE_ADDR_SHARE SERVE_MAX_N /* choices a client address may hold once the queue is full */
-#define SERVE_FAIR_SCAN 1024         /* queued jobs an admission looks over for the fairest */
+#define SERVE_FAIR_SCAN 1024 /* queued jobs an admission looks over for the fairest */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -176,6 +175,7 @@ static struct server {
     job            *head, *tail;      /* queue (FIFO)                           */
     int             n_queued, max_queue;
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
+    int             share;      /* choices an address may hold once it is full (K3_SERVE_SHARE) */
     int             gram_mb;    /* the budget of the requests' grammars (K3_SERVE_GRAMMAR_MB) */
     int             gram_auto;  /* 1: that budget is gram_default_mb's (the variable unset or 0) */
     size_t          gram_held;  /* bytes they hold now, queued and running */
@@ -332,7 +332,7 @@ static void job_expire_locked(job *j) {
  *
  * Fairness counts choices (jobs), not connections: one request of n 16 takes 16 places. While
  * the queue has room every request is taken; once it is full, an address may hold at most
- * SERVE_ADDR_SHARE choices queued and running. A request from an address within it takes the
+ * srv.share choices queued and running (K3_SERVE_SHARE). A request from an address within it takes the
  * places of the newest queued requests of the addresses that hold the most beyond it (each
  * answered 429 client_share), and one that would take its own address past it is refused with
  * 429 client_share: one client cannot keep the others out, however it spreads its choices over
@@ -348,11 +348,11 @@ static int addr_jobs_locked(const char *ip) {
     return n;
 }
 
-/* The newest queued job of the address that holds the most choices beyond SERVE_ADDR_SHARE (how
+/* The newest queued job of the address that holds the most choices beyond srv.share (how
  * many in *held), NULL when none is over it. Lock held. */
 static job *share_victim_locked(int *held) {
     job *v    = NULL;
-    int  most = SERVE_ADDR_SHARE;
+    int  most = srv.share;
     for (job *q = srv.head; q; q = q->next) { /* each address once: at its first queued job */
         const job *f = srv.head;
         while (strcmp(f->ip, q->ip))
@@ -382,10 +382,9 @@ static int share_make_room_locked(int n) {
         snprintf(m, sizeof m,
                  "the server's queue is full and this request gave way to one from another client: this "
                  "client address held %d choices queued and running, more than its share of %d once the "
-                 "queue is full; retry later",
-                 held, SERVE_ADDR_SHARE);
-        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held,
-                  SERVE_ADDR_SHARE);
+                 "queue is full (K3_SERVE_SHARE); retry later",
+                 held, srv.share);
+        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held, srv.share);
         char id[sizeof v->id];
         snprintf(id, sizeof id, "%s", v->id);
         for (job *q = srv.head, *nx; q; q = nx) { /* every queued choice of that request */
@@ -1464,19 +1463,20 @@ static void chat_completions(http_req *con) {
         return;
     }
     /* free slots take theirs at once; a request of n choices needs room for all n; a full queue
-     * makes room for an address within its share (SERVE_ADDR_SHARE) */
+     * makes room for an address within its share (srv.share) */
     int held = addr_jobs_locked(con->ip ? con->ip : "");
     if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active) &&
-        (held + g.n > SERVE_ADDR_SHARE || !share_make_room_locked(g.n))) {
-        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > SERVE_ADDR_SHARE;
+        (held + g.n > srv.share || !share_make_room_locked(g.n))) {
+        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > srv.share;
         group_drop_locked(&g);
         char m[300];
         if (over)
-            snprintf(m, sizeof m,
-                     "too many choices from this client address: it holds %d queued and running, and this "
-                     "request's %d would pass its share of %d while the server's queue is full "
-                     "(K3_SERVE_QUEUE=%d); retry later",
-                     held, n, SERVE_ADDR_SHARE, srv.max_queue);
+            snprintf(
+                m, sizeof m,
+                "too many choices from this client address: it holds %d queued and running, and this "
+                "request's %d would pass its share of %d (K3_SERVE_SHARE) while the server's queue is full "
+                "(K3_SERVE_QUEUE=%d); retry later",
+                held, n, srv.share, srv.max_queue);
         else
             snprintf(m, sizeof m,
                      "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later", q,
@@ -1712,6 +1712,7 @@ static int serve_env(http_rules *rules) {
         env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
         env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
         env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
+        env_count(K3_SETTING_SERVE_SHARE, SERVE_DEFAULT(SERVE_SHARE), &srv.share) ||
         env_count(K3_SETTING_SERVE_GRAMMAR_MB, SERVE_DEFAULT(SERVE_GRAMMAR_MB), &srv.gram_mb) ||
         env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
         return -1;
