@@ -14,6 +14,7 @@
 # wait is bounded.
 import json
 import os
+import re
 import threading
 
 import serve_lib
@@ -139,6 +140,10 @@ try:
            for r in res.values()),
        "four ~68 MB compiles at once under a 16 MB budget: each refused while it was compiled (%s)"
        % sorted((r[0], err(r).get("message")) for r in res.values()))
+    took = [re.search(r"over (\d+\.\d) MB while it was compiled", err(r).get("message", "")) for r in res.values()]
+    ok(all(t and 0 < float(t.group(1)) <= 17 for t in took),
+       "each names what its compile took, above 0 (one stopped at its first step said 'over 0 MB') and within "
+       "the budget's (%s)" % [t.group(1) if t else None for t in took])
     if ASAN:
         print("SKIP: server RSS under AddressSanitizer (its quarantine keeps freed memory): %d kB -> %d kB" % (rss0, rss1))
     else:

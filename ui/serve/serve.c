@@ -1321,28 +1321,29 @@ static json_t *choice_obj(const job *j) {
                      j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
 }
 
-/* Request seq's grammar takes the grammars' total past their budget: bytes (its own, or its
- * compile's when it stopped, `when`), held: the others'; alone: nothing else could make room
- * (400 grammar_too_large), else 503 grammar_budget. */
+/* Request seq's grammar takes the grammars' total past their budget: bytes (its own, or, `when`
+ * its compile stopped, what the compile had built), held: the others'; alone: nothing else could
+ * make room (400 grammar_too_large), else 503 grammar_budget. Sizes to a tenth of a MB (a compile
+ * that stops at its first step has taken less than one). */
 static void gram_refuse(http_req *con, unsigned seq, int alone, size_t held, size_t bytes, const char *when) {
-    char m[400];
-    int  mb = (int)((bytes + (1 << 20) - 1) >> 20);
+    char   m[400];
+    double mb = (double)bytes / (1 << 20), hmb = (double)held / (1 << 20);
     pthread_mutex_lock(&srv.mu);
     int q = srv.n_queued, a = srv.n_active;
     pthread_mutex_unlock(&srv.mu);
     if (alone)
         snprintf(
             m, sizeof m,
-            "the grammar of response_format or tool_choice takes %s%d MB%s%s (for all n choices), more than "
-            "the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
+            "the grammar of response_format or tool_choice takes %s%.1f MB%s%s (for all n choices), more "
+            "than the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
             *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
     else
         snprintf(m, sizeof m,
-                 "the server is busy: the grammars of the requests it holds take %zu MB, and this one's %s%d "
-                 "MB%s%s would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
-                 held >> 20, *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
-    serve_log("#%u %d: grammar budget (%s%zu MB%s%s; %zu MB held, %d active, %d queued)", seq,
-              alone ? 400 : 503, *when ? "over " : "", bytes >> 20, *when ? " " : "", when, held >> 20, a, q);
+                 "the server is busy: the grammars of the requests it holds take %.1f MB, and this one's "
+                 "%s%.1f MB%s%s would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
+                 hmb, *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
+    serve_log("#%u %d: grammar budget (%s%.1f MB%s%s; %.1f MB held, %d active, %d queued)", seq,
+              alone ? 400 : 503, *when ? "over " : "", mb, *when ? " " : "", when, hmb, a, q);
     send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
                alone ? "grammar_too_large" : "grammar_budget", m);
 }
@@ -1421,7 +1422,7 @@ static void chat_completions(http_req *con) {
             return;
         }
         if (gm.m.refused) { /* its compile would have passed the grammars' budget */
-            gram_refuse(con, seq, gm.alone, gm.others, gm.m.granted, "while it was compiled");
+            gram_refuse(con, seq, gm.alone, gm.others, gm.m.used, "while it was compiled");
             return;
         }
         serve_log("#%u 400: %s", seq, e.msg);
