@@ -706,8 +706,8 @@ static void draw_status(tui *t) {
     int             fit_k = -1;  /* the memory fit's segment */
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
-        if (t->fatal)
-            SEG(0, "no model");
+        if (t->fatal) /* a server not reached is no model missing */
+            SEG(0, "%s", strcmp(t->eng->be->name, "remote") ? "no model" : "remote: did not start");
         else if (t->load_total)
             SEG(0, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total,
                 t->load_rate / 1e6);

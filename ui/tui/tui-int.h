@@ -107,6 +107,7 @@ typedef struct tui {
 
     /* model and statistics */
     int      ready, fatal;
+    char    *fatal_msg;     /* why the engine did not start (EV_FATAL text), NULL: it did  */
     char     model[1024];   /* what the backend says it runs (EV_READY text), whole characters */
     size_t   model_name;    /* its first model_name bytes are the model's name (EV_READY a) */
     char     fit[128];      /* the memory fit in a few words (EV_READY text2; status bar, /stats) */

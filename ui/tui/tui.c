@@ -346,6 +346,8 @@ static void on_event(tui *t, ui_ev *e) {
             end_turn(t, UE_DONE_ERROR, NULL);
         for (int i = 0; i < t->n_ents; i++)
             t->ents[i].queued = 0;
+        free(t->fatal_msg);
+        t->fatal_msg = strdup(e->text ? e->text : "the engine failed");
         notice(t, ROLE_ERROR, "%s", e->text ? e->text : "the engine failed");
         t->dirty |= DIRTY_ALL;
         break;
@@ -442,11 +444,26 @@ static void pump_events(tui *t, int readable) {
 
 /* ==== commands and messages ================================================= */
 
+/* A message after the engine failed to start (EV_FATAL): what failed, said again (its notice
+ * may have scrolled away; "no model is loaded" was all it said, after an --endpoint's or the
+ * mock's failure too) and what to do; the message goes back to the input line. */
+static void fatal_refuse(tui *t, const char *line) {
+    const char *be = t->eng->be->name, *why = t->fatal_msg ? t->fatal_msg : "the engine failed";
+    int         remote = !strcmp(be, "remote"), mock = !strcmp(be, "mock");
+    notice(t, ROLE_ERROR,
+           "nothing can answer: %s did not start (%s). Your message is back in the input line; to go "
+           "on, quit (Ctrl-D) and start k3chat again %s",
+           remote ? "the --endpoint connection" /* not its URL, which may hold a password */
+           : mock ? "the mock engine (K3_MOCK)"
+                  : "the model",
+           why,
+           remote ? "once the setting or the server named is right"
+           : mock ? "with a script that reads"
+                  : "on a model that loads (k3chat --inspect DIR names a checkpoint's first error)");
+    inp_insert(t->in, line);
+}
+
 static void send_message(tui *t, const char *text) {
-    if (t->fatal) {
-        notice(t, ROLE_ERROR, "no model is loaded, so nothing can answer (see the error above)");
-        return;
-    }
     int edit        = t->edit_pending && last_user(t) >= 0;
     t->edit_pending = 0;
     if (edit)
@@ -714,6 +731,10 @@ static void submit(tui *t, char *line) {
         notice(t, ROLE_ERROR, "%s; your message is back in the input line",
                t->load_pending ? "a transcript is loading" : "a turn is in progress (Ctrl-C stops it)");
         inp_insert(t->in, line);
+        return;
+    }
+    if (t->fatal) {
+        fatal_refuse(t, line); /* as typed: "//x" sends "/x" */
         return;
     }
     send_message(t, p);
@@ -1808,6 +1829,7 @@ int ui_tui_run(const ui_opts *o) {
     free(t->links);
     free(t->srch_draft);
     free(t->held);
+    free(t->fatal_msg);
     tui_emoji_free();
     /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
      * terminal goes, SIGTERM) gives the shell's 128 + its number */
