@@ -1379,6 +1379,7 @@ static void search_update(tui *t, int from, int dir) {
 }
 
 static void search_start(tui *t) {
+    inp_undo_mark(t->in); /* a match taken is one change */
     free(t->srch_draft);
     t->srch_draft  = strdup(inp_text(t->in, NULL));
     t->srch        = 1;
@@ -1467,6 +1468,7 @@ static int small_key(tui *t, wint_t k, int fn) {
         t->n_held = t->held_at = 0;
         if (t->srch)
             search_end(t, 0);
+        inp_undo_mark(t->in);
         inp_clear(t->in);
         inp_set_hint(t->in, "");
         t->edit_pending = 0;
@@ -1492,6 +1494,7 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (t->too_small && small_key(t, k, fn))
         return;
     if (fn && k == KEY_PASTE_BEGIN) {
+        inp_undo_mark(t->in); /* the paste is one change */
         t->paste = 1;
         /* curses holds no key after this one (paste_read); one read again (take_held) is
          * followed by the paste's text held with it */
@@ -1540,6 +1543,7 @@ static void on_key(tui *t, wint_t k, int fn) {
                 return;
             }
             if (!inp_empty(t->in)) {
+                inp_undo_mark(t->in); /* Ctrl-_ brings it back */
                 inp_clear(t->in);
                 inp_set_hint(t->in, "");
                 t->edit_pending = 0;
@@ -1567,6 +1571,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             if (r == ERR)
                 return;
             if ((r == OK && (k2 == '\r' || k2 == '\n')) || (r == KEY_CODE_YES && k2 == KEY_ENTER)) {
+                inp_undo_mark(t->in);
                 inp_insert(t->in, "\n");
                 return;
             }
