@@ -298,6 +298,15 @@ for size in 80x24 40x12; do
     keys C-c
     check "item 21 ($size): Ctrl-C gives the draft back" wait_for "› my draft" 5
     check "item 21 ($size): ... and no search label or text is left" sh -c "! $T capture-pane -p | grep -q -e 'search' -e 'alp\$' -e 'bck:'"
+    # Ctrl-R past the oldest match keeps it and says there is no older one (the label said
+    # "no match" over the match shown)
+    label_shows() { screen | tail -n 3 | head -n 2 | grep -q "$1" && [ "$(screen | tail -n 1)" = "$2" ]; }
+    # (the history file is the runs' before, with up to three "alpha one": Ctrl-R past them all)
+    keys C-r; keys -l "alp"; wait_for "› alpha one" 5; keys C-r C-r C-r C-r C-r
+    check "item 21 ($size): Ctrl-R past the oldest match says no older match" \
+        wait_until "the label 'no older match: alp' over '› alpha one'" 5 label_shows "no older match: alp" "› alpha one"
+    keys Escape
+    wait_for "› my draft" 5
     keys C-r; keys -l "bet"; wait_for "› beta two" 5; keys Escape
     check "item 21 ($size): Esc gives the draft back too" wait_for "› my draft" 5
     keys C-r; keys -l "zzz"

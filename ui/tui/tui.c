@@ -1373,8 +1373,14 @@ static void search_update(tui *t, int from, int dir) {
         inp_clear(t->in);
         inp_insert(t->in, m);
     }
+    /* past the last match (Ctrl-R at the oldest, Ctrl-S at the newest) that match stays: the
+     * label said "no match" over it */
     snprintf(hint, sizeof hint, "%s: %s   (Ctrl-R older, Enter sends, Esc cancels)",
-             m || !t->srch_pat[0] ? "history search" : "no match", t->srch_pat);
+             m || !t->srch_pat[0]                                             ? "history search"
+             : t->srch_pos < 0 || !strstr(inp_text(t->in, NULL), t->srch_pat) ? "no match"
+             : dir > 0                                                        ? "no older match"
+                                                                              : "no newer match",
+             t->srch_pat);
     inp_set_hint(t->in, hint);
 }
 
