@@ -48,7 +48,8 @@ static void *worker_main(void *arg) {
             ev_push(u->out, &ack);
         } else {
             if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS && c.type != EV_CMD_SETTINGS)
-                ev_push_text(u->out, EV_ERROR, "no model is loaded");
+                ue_emitf(u, EV_ERROR, "not done: the engine did not start (%s)",
+                         err[0] ? err : "see the error above");
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         }
