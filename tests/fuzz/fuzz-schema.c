@@ -22,8 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             return 0;
         memcpy(t, data + 1, size - 1);
         t[size - 1] = 0;
-        st = k3_grammar_tool_calls(voc, t, NULL, size > 2 && data[1] == '[' ? NULL : "f", 1 + (int)(size % 4),
-                                   (int)(size & 1), &g);
+        st = k3_grammar_tool_calls(voc, t, size > 2 && data[1] == '[' ? NULL : "f", 1 + (int)(size % 4),
+                                   (int)(size & 1), NULL, &g);
         free(t);
     } else
         st = k3_grammar_json_schema(voc, (const char *)data, size, NULL, &g);
