@@ -280,3 +280,29 @@ printf 'x' >"$K3_TMP/datafile"
 printf 'hi\nho\n' | XDG_DATA_HOME="$K3_TMP/datafile" "$k" "$M" --think off --max-tokens 2 >/dev/null 2>"$K3_TMP/e29d"
 t "29: a failing autosave is reported once per turn, in one wording ($(grep -c autosave "$K3_TMP/e29d") lines)" \
     '[ "$(grep -c "autosave" "$K3_TMP/e29d")" -eq 2 ]'
+
+# ---- 30. two k3chat processes and one autosave file: B loads A's autosave while A is still
+# running and /save's onto it; A's next turn was appended after B's conversation there (a mix of
+# two conversations, A's first turn in no file of A's). Now A says so and goes on in a new file,
+# and the file stays as B saved it.
+fresh
+rm -f "$K3_TMP/a30"
+mkfifo "$K3_TMP/a30"
+"$k" "$M" --think off --max-tokens 4 <"$K3_TMP/a30" >/dev/null 2>"$K3_TMP/e30a" &
+pa=$!
+exec 7>"$K3_TMP/a30"
+printf 'What is 1 + 1?\n' >&7
+wait_until "A's first autosave" 60 sh -c 'grep -qs "\"role\":\"assistant\"" "$0"/k3chat/*.jsonl' "$XDG_DATA_HOME"
+f30=$(ls "$XDG_DATA_HOME"/k3chat/*.jsonl)
+printf 'What is 2 + 2?\n/save %s\n' "$f30" | "$k" "$M" --think off --max-tokens 4 --load "$f30" >/dev/null 2>"$K3_TMP/e30b"
+cp "$f30" "$K3_TMP/b30.jsonl"
+printf 'What is 3 + 3?\n' >&7
+exec 7>&-
+wait $pa
+a30=$(grep -l "3 + 3" "$XDG_DATA_HOME"/k3chat/*.jsonl)
+t "30: B's /save onto A's autosave worked" 'grep -q "saved 4 messages to $f30" "$K3_TMP/e30b"'
+t "30: A's next turn leaves that file as B saved it" 'cmp -s "$f30" "$K3_TMP/b30.jsonl"'
+t "30: A says so, naming the file and the new one" \
+    'grep -q "autosave: $f30 was changed by another program .* autosaved whole in $a30" "$K3_TMP/e30a"'
+t "30: A's new file holds A's whole conversation, none of B's" \
+    '[ "$(echo "$a30" | wc -l)" -eq 1 ] && [ "$a30" != "$f30" ] && grep -q "1 + 1" "$a30" && ! grep -q "2 + 2" "$a30"'

@@ -17,6 +17,10 @@
  *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
  *     the turn's lines, so the reader ignores a final line that has no newline and is not
  *     valid JSON, and says so: the file still holds every turn completed before.
+ *   - The autosave writes only to the file it made, as it left it (device, inode, size:
+ *     file_is_ours): one another program replaced (another k3chat's /save onto it), removed
+ *     or wrote to is left alone, and the conversation goes whole to a new file. Each process
+ *     has files of its own (a load goes on in a new one), so none interleaves with another.
  *   - Failures (full disk, unwritable directory) come back as K3_ERR_IO naming the path
  *     and errno; nothing in memory changes, and the next autosave retries.
  * Loading parses into a scratch conversation and swaps it in only when the whole file
