@@ -306,3 +306,15 @@ t "30: A says so, naming the file and the new one" \
     'grep -q "autosave: $f30 was changed by another program .* autosaved whole in $a30" "$K3_TMP/e30a"'
 t "30: A's new file holds A's whole conversation, none of B's" \
     '[ "$(echo "$a30" | wc -l)" -eq 1 ] && [ "$a30" != "$f30" ] && grep -q "1 + 1" "$a30" && ! grep -q "2 + 2" "$a30"'
+
+# ---- 31. /save without a name that fails (here a file size limit, as a full disk would) left
+# the empty file that claimed its name in the transcripts folder, a file that does not load
+fresh
+(
+    trap '' XFSZ
+    ulimit -f 1
+    printf 'Count the letters: %02000d\n/save\n' 0 | "$k" "$M" --think off --max-tokens 4 2>&1 >/dev/null
+) | cat >"$K3_TMP/e31" # (stderr through a pipe: a file of its own would be under the limit too)
+t "31: the failed /save is reported" 'grep -q "^k3chat: /save: .*/transcripts/chat-.*File too large" "$K3_TMP/e31"'
+t "31: and leaves no empty file behind ($(ls "$XDG_DATA_HOME"/k3chat/transcripts 2>&1 | head -c 80))" \
+    '[ -d "$XDG_DATA_HOME"/k3chat/transcripts ] && [ -z "$(ls "$XDG_DATA_HOME"/k3chat/transcripts)" ]'

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void *worker_main(void *arg) {
@@ -707,6 +708,9 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_emitf(u, EV_ERROR, "%s", msg);
         } else if (k3_conv_save(c, cmd->text) != K3_OK) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
+            struct stat sb; /* a name claimed for it is not left behind as an empty file */
+            if (cmd->x == UE_SAVE_CLAIMED && lstat(cmd->text, &sb) == 0 && S_ISREG(sb.st_mode) && !sb.st_size)
+                unlink(cmd->text);
         } else {
             atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
             char ab[48] = "";             /* the file holds the abandoned branches too (/edit, /retry) */

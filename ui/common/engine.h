@@ -131,7 +131,10 @@ void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (o
 void ue_forget_fit(ue *u);
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
-void ue_save(ue *u, const char *path, int force); /* force: replace any file (chatfile.h) */
+/* force: replace any file (chatfile.h); UE_SAVE_CLAIMED: path is the empty file
+ * chat_default_save_path made for this save, removed when the save fails */
+void ue_save(ue *u, const char *path, int force);
+#define UE_SAVE_CLAIMED 2
 void ue_load(ue *u, const char *path);
 void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
