@@ -557,6 +557,39 @@ static void test_malformed(void) {
     malformed("truncated final line with newline",
               S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"), ":3:", "invalid JSON");
     malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
+    /* a tool result the chat format cannot name loaded, and every later turn failed with
+     * "message N: tool result: no tool name", naming neither file nor line */
+#define CALL_C1                                                                                              \
+    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","         \
+    "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}\n"
+    malformed("a tool result answering no call (the assistant message deleted by hand)",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+                    "\"content\":\"x\"}\n"),
+              "bad.jsonl:3:", "answers no call (no assistant message is before it)");
+    malformed("a tool result with an id no call has",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"x\"}\n"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c9\",\"content\":\"y\"}\n"),
+              "bad.jsonl:5:", "(\"c9\") answers no call of the assistant message before it");
+    malformed("more results without ids than calls",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                    "{\"role\":\"tool\",\"content\":\"x\"}\n"
+                    "{\"role\":\"tool\",\"content\":\"y\"}\n"),
+              "bad.jsonl:5:", "more results than the assistant message before it made calls");
+    {
+        char p[600];
+        path_in(p, sizeof p, "named.jsonl");
+        const char ok[] =
+            HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                "{\"role\":\"tool\",\"content\":\"by place\"}\n"
+                "{\"role\":\"tool\",\"tool_call_id\":\"c9\",\"name\":\"g\",\"content\":\"by name\"}\n";
+        write_file(p, ok, sizeof ok - 1);
+        k3_conv *c = k3_conv_new();
+        T_CHECK(k3_conv_load(c, p, NULL) == K3_OK && k3_conv_count(c) == 4,
+                "tool results named by their place or their own name load (%s)", k3_errmsg());
+        k3_conv_free(c);
+    }
+#undef CALL_C1
     /* members this version does not know are kept, not a licence for wrong known ones */
     malformed("wrong type beside an unknown member",
               S(HDR "{\"role\":\"user\",\"content\":\"x\",\"mood\":1,\"interrupted\":\"yes\"}\n"),

@@ -1320,6 +1320,35 @@ static k3_status msg_unwritten(const lctx *L, json_t *o, msg_in *p) {
 
 /* One message line o into c: its members read in order (the first error found is reported),
  * then the message pushed. */
+/* A tool result the chat format can name (chat-format.c tool_run): by its own "name", by the call
+ * of the last assistant message its tool_call_id answers, or by its place among the results that
+ * follow that message. One it cannot (a hand edit dropped the assistant message, or the result
+ * came from elsewhere) made every later turn fail with "message N: tool result: no tool name",
+ * naming neither the file nor the line. */
+static k3_status tool_result_named(const lctx *L, const k3_conv *c, const k3_msg *m) {
+    if (m->role != K3_ROLE_TOOL || (m->tool_name && *m->tool_name))
+        return K3_OK;
+    int a = c->n_msgs - 1, k = 0;
+    for (; a >= 0 && c->msgs[a].role != K3_ROLE_ASSISTANT; a--)
+        k += c->msgs[a].role == K3_ROLE_TOOL;
+    const k3_msg *am = a >= 0 ? &c->msgs[a] : NULL;
+    for (int i = 0; am && m->tool_call_id && i < am->n_tool_calls; i++)
+        if (am->tool_calls[i].id && !strcmp(am->tool_calls[i].id, m->tool_call_id) &&
+            am->tool_calls[i].name && *am->tool_calls[i].name)
+            return K3_OK;
+    if (am && k < am->n_tool_calls && am->tool_calls[k].name && *am->tool_calls[k].name)
+        return K3_OK;
+    if (m->tool_call_id)
+        return LERR(L,
+                    "a tool result without \"name\" whose \"tool_call_id\" (\"%.60s\") answers no call %s; "
+                    "give the tool's \"name\"",
+                    m->tool_call_id,
+                    am ? "of the assistant message before it" : "(no assistant message is before it)");
+    return LERR(L, "a tool result without \"name\" or \"tool_call_id\", and %s; give the tool's \"name\"",
+                am ? "more results than the assistant message before it made calls"
+                   : "no assistant message before it made a call");
+}
+
 static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     msg_in    p  = {0};
     k3_status st = msg_role(L, o, &p);
@@ -1333,6 +1362,8 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         st = msg_place(L, o, &p);
     if (!st)
         st = msg_unwritten(L, o, &p);
+    if (!st && !p.branch)
+        st = tool_result_named(L, c, &p.m);
     if (!st)
         st = p.branch ? conv_push_abandoned(c, &p.m, c->n_msgs, (int)p.branch) : conv_push(c, &p.m);
     if (!st && p.since)
