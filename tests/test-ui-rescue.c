@@ -134,5 +134,43 @@ int main(void) {
             "the rescue says the turn is not saved, naming the file and the error (%d: %s)", r, msg);
     ue_stop(u);
     ue_abandon(u); /* stalled for good: left behind, as a quit does; its queue stays */
+
+    /* What is on disk while an answer is under way (a crash, the OOM killer, a power cut then
+     * keeps it): the user's message was written only with the answer, at the turn's end, so a
+     * turn of minutes that never ended lost what was typed. Now it is on disk before the answer
+     * begins. The worker stalls after its first token for good, as one killed there would. */
+    snprintf(data, sizeof data, "%s/data3", dir);
+    setenv("XDG_DATA_HOME", data, 1);
+    f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fputs("autosave\ndelay 0\nstall 600000\nresponse an answer never finished\n", f);
+    fclose(f);
+    ev_queue *q3 = ev_queue_new(0);
+    ue       *u3 = q3 ? ue_start(&o, q3) : NULL;
+    T_CHECK(u3 && wait_ev(q3, EV_READY, 60), "the third mock engine starts");
+    if (!u3)
+        return t_done();
+    ue_send(u3, "a long question typed with care", &g);
+    T_CHECK(wait_ev(q3, EV_TOKEN, 60), "the answer has begun (the worker then stalls)");
+    snprintf(kdir, sizeof kdir, "%s/k3chat", data);
+    one[0] = 0;
+    d      = opendir(kdir);
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.')
+            snprintf(one, sizeof one, "%s/%s", kdir, e->d_name);
+    if (d)
+        closedir(d);
+    c  = k3_conv_new();
+    st = one[0] ? k3_conv_load(c, one, NULL) : K3_ERR_IO;
+    T_CHECK(!st && k3_conv_count(c) == 1 &&
+                !strcmp(k3_conv_msg(c, 0)->content, "a long question typed with care"),
+            "the autosave holds the user's message while the answer is under way (%s)",
+            one[0] ? (st ? k3_errmsg() : "loaded") : "no autosave file");
+    k3_conv_free(c);
+    ue_stop(u3);
+    ue_abandon(u3);
     return t_done();
 }

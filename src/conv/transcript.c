@@ -12,7 +12,8 @@
  *   - Whole files (/save, export, the first autosave, autosave rewrites after an edit) go
  *     to a temporary file in the same directory, fsync, rename over the target, fsync the
  *     directory: a crash leaves the old file or the new one, never a mix.
- *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
+ *   - Autosave appends the lines of a turn (the user message as the front end starts the
+ *     answer, the answer at its end) with ONE write(2) each to an O_APPEND file and
  *     then fsync. A failed write we see (disk full) is cut back with ftruncate. One we do
  *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
  *     the turn's lines, so the reader ignores a final line that has no newline and is not

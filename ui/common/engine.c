@@ -144,9 +144,24 @@ static int is_turn(int type) {
     return type == EV_CMD_SEND || type == EV_CMD_RETRY || type == EV_CMD_EDIT;
 }
 
-void ue_turn_begin(ue *u, const k3_conv *c) {
+void ue_turn_begin(ue *u, k3_conv *c) {
+    pthread_mutex_lock(&u->mu);
+    int on = u->autosave_on;
+    pthread_mutex_unlock(&u->mu);
+    /* The user's message goes to the autosave before the answer begins: a turn may run for
+     * minutes, and a crash, the OOM killer or a power cut during it then loses the answer only,
+     * not what was typed. A failure is kept (k3_conv_autosave_error) and said at the turn's end,
+     * whose autosave tries again; the turn's end is still to write (turn_saved back to 0). */
+    if (on) {
+        k3_conv_autosave(c);
+        ue_note_saved(u, c);
+        pthread_mutex_lock(&u->mu);
+        if (u->turn_saved == 1)
+            u->turn_saved = 0;
+        pthread_mutex_unlock(&u->mu);
+    }
     /* the messages the autosave lacks (all of them after an edit): NULL, the rescue says why */
-    k3_conv *copy = u->autosave_on ? k3_conv_copy_unsaved(c) : NULL;
+    k3_conv *copy = on ? k3_conv_copy_unsaved(c) : NULL;
     u->call_open  = 0; /* a call the turn before left open (stopped inside it) is not closed here */
     u->call_after = 0;
     u->call_esc.n = 0;

@@ -192,9 +192,9 @@ void ue_conv_autosave(ue *u, struct k3_conv *c);
  * write one turn. */
 void ue_conv_autosave_enable(ue *u, struct k3_conv *c);
 /* On the worker, once a turn's history and settings are in c (the user's message added, or a
- * /retry's or an /edit's branch made): keeps a copy of c for ue_rescue. The command's end
- * drops it (worker_main). */
-void ue_turn_begin(ue *u, const struct k3_conv *c);
+ * /retry's or an /edit's branch made): autosaves c (the user's message is on disk before the
+ * answer begins) and keeps a copy of c for ue_rescue. The command's end drops it (worker_main). */
+void ue_turn_begin(ue *u, struct k3_conv *c);
 /* 1 once ue_rescue has taken the turn in progress (the worker's end of turn then writes nothing);
  * any thread. */
 int ue_turn_rescued(ue *u);
