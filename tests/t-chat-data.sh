@@ -318,3 +318,17 @@ fresh
 t "31: the failed /save is reported" 'grep -q "^k3chat: /save: .*/transcripts/chat-.*File too large" "$K3_TMP/e31"'
 t "31: and leaves no empty file behind ($(ls "$XDG_DATA_HOME"/k3chat/transcripts 2>&1 | head -c 80))" \
     '[ -d "$XDG_DATA_HOME"/k3chat/transcripts ] && [ -z "$(ls "$XDG_DATA_HOME"/k3chat/transcripts)" ]'
+
+# ---- 32. a transcript made with another model configuration: --load and /load said nothing
+# (only --replay did, on a line of its own), though its token_ids and answers are another
+# model's; now the load's notes say so, with both config.json fingerprints, in every mode
+tiny_model "$K3_TMP/tiny32" 3
+printf 'What is 1 + 1?\n/save %s/n32.jsonl\n' "$K3_TMP" | "$k" "$M" --think off --max-tokens 4 >/dev/null 2>&1
+printf '/load %s/n32.jsonl\n' "$K3_TMP" | "$k" "$K3_TMP/tiny32" --load "$K3_TMP/n32.jsonl" >/dev/null 2>"$K3_TMP/e32"
+"$k" "$K3_TMP/tiny32" --temp 0 --max-tokens 2 --replay "$K3_TMP/n32.jsonl" >"$K3_TMP/o32" 2>/dev/null
+t "32: --load and /load say the transcript is another model configuration's" \
+    '[ "$(grep -c "loaded 2 messages from .*n32.jsonl (made with another model configuration: config.json fingerprint [0-9a-f]\{16\}, this model.s [0-9a-f]\{16\})" "$K3_TMP/e32")" -eq 2 ]'
+t "32: --replay says it among its notes" \
+    'grep -q "^replay: .*n32.jsonl: made with another model configuration: config.json fingerprint" "$K3_TMP/o32"'
+printf 'hi\n/save %s/same32.jsonl\n' "$K3_TMP" | "$k" "$M" --think off --max-tokens 2 --load "$K3_TMP/n32.jsonl" >/dev/null 2>"$K3_TMP/e32b"
+t "32: the same model's transcript gets no such note" '! grep -q "another model" "$K3_TMP/e32b"'

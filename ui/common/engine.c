@@ -607,16 +607,22 @@ static const char *plural(int n) {
     return n == 1 ? "" : "s";
 }
 
-void ue_load_notes(const k3_load_info *li, char *buf, size_t n) {
-    int k  = 0;
-    buf[0] = 0;
+void ue_load_notes(const k3_load_info *li, const k3_conv *c, char *buf, size_t n) {
+    int         k  = 0;
+    const char *fp = c ? k3_conv_model_fingerprint(c) : NULL;
+    buf[0]         = 0;
     if (li->torn_line)
         k = snprintf(buf, n, "line %d, a torn final line (an interrupted write), was ignored: %s",
                      li->torn_line, li->torn_why);
     if (li->utf8_fixed && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k,
+                      "%sinvalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d",
+                      k ? "; " : "", li->utf8_fixed, plural(li->utf8_fixed), li->utf8_line, li->utf8_byte);
+    /* its token_ids and answers are another model's: a --replay differs, and says why */
+    if (fp && *fp && li->config_fnv64[0] && strcmp(fp, li->config_fnv64) && k >= 0 && (size_t)k < n)
         snprintf(buf + k, n - (size_t)k,
-                 "%sinvalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d",
-                 k ? "; " : "", li->utf8_fixed, plural(li->utf8_fixed), li->utf8_line, li->utf8_byte);
+                 "%smade with another model configuration: config.json fingerprint %s, this model's %s",
+                 k ? "; " : "", li->config_fnv64, fp);
 }
 
 /* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
@@ -745,7 +751,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         atomic_store(&u->unsaved, 0); /* the conversation is the file's */
         ue_send_history(u, c);
         char notes[400];
-        ue_load_notes(&li, notes, sizeof notes);
+        ue_load_notes(&li, c, notes, sizeof notes);
         ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s%s", li.n_messages, plural(li.n_messages),
                  cmd->text, notes[0] ? " (" : "", notes, notes[0] ? ")" : "");
         if (li.has_settings) { /* the next turns continue with the transcript's settings */

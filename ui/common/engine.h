@@ -153,10 +153,11 @@ struct k3_replay_turn;
 void ue_replay_diff(const struct k3_replay_turn *t, char *buf, size_t n);
 /* What k3_conv_load set aside, the same words for /load, /replay, --replay and --chat-ids:
  * "" or "line 3, a torn final line (an interrupted write), was ignored: invalid JSON at ...;
- * invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 5". The text may
- * quote the file: it reaches a terminal escaped. */
+ * invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 5", and that the file
+ * was made with another model configuration than c's (its config.json fingerprint; c NULL or
+ * without a model: not compared). The text may quote the file: it reaches a terminal escaped. */
 struct k3_load_info;
-void ue_load_notes(const struct k3_load_info *li, char *buf, size_t n);
+void ue_load_notes(const struct k3_load_info *li, const struct k3_conv *c, char *buf, size_t n);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {
