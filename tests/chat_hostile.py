@@ -4,13 +4,17 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry, "path": the request's path and
 # query}; each GET's path and query go to LOGFILE.get, a line each. It serves [::1] too, its port
-# written to PORTFILE.6 (none where the machine has no IPv6). GET .../models under a path starting
+# written to PORTFILE.6 (none where the machine has no IPv6); with HOSTILE_TLS=CERT:KEY in the
+# environment it serves TLS with that certificate too, its port written to PORTFILE.tls. GET .../models under a path starting
 # /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
 # /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte; under
 # /ctlid/ one id "m ESC ]0;EVIL BEL x"); under
-# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html);
+# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html); under /err200/ a GET gets 200
+# {"error": {"message": "invalid api key"}}, under /nomodels/ 404 {"detail": "Not Found"}, under /redir/ 301 to
+# http://127.0.0.2:9/api/v1/models/?api-version=2 (a slash added), under /biglist/ "fake-model"
+# and 1000 more, about 2 MB;
 # under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
 # depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
@@ -38,6 +42,8 @@
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
 #   err500big 500 with an 8 MiB body, as a failing proxy's page
+#   sse400    400 labelled text/event-stream, its error as an event: data: {"error": {...}}
+#   empty200  200 with an empty body
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   surrogate "a", then a lone high surrogate (\ud83d, its low half never comes), a pair (U+1F600), a
 #             lone low one (\udcff, surrogateescape's byte) and "\\ud800" (an escaped backslash,
@@ -52,11 +58,33 @@
 #             only after call 1 came), call 1 "two", call 2 "three"
 #   surrend   "g" and a high half, then U+100400 (the private-use code point k3chat parses such a
 #             low half as) and "h", then "i" and a high half that ends the answer
+#   gzip      "ok-gzip" as a stream compressed with gzip, though the request asked for identity (a
+#             proxy's doing); LOGFILE.enc gets the request's Accept-Encoding headers
+#   gzerr     429 with Retry-After: 7 and a gzip-compressed error body {"error": {"message":
+#             "rate limited"}}
+#   err200    200 {"error": {"message": "model overloaded"}}, a gateway's error as an answer
+#   errnull   "ok-errnull" in events that carry "error": null beside the answer
+#   argsobj   a call get_weather whose arguments are a JSON object, not its text, in the stream;
+#             then one JSON answer (not a stream) with such a call lookup
+#   filter    "part" with finish_reason "content_filter"; abort: "part" with "abort"
+#   rawutf8   content JSON with raw bytes that are not UTF-8 (FF, E4 B8 cut before its last byte)
+#   midcut    "half " and part of the next event, then the connection closes (no end of line)
+#   interleave two calls whose pieces come interleaved: one {"x": 1}, two {"y": 2}, one's rest
+#             after two began
+#   noindex   two calls without "index", each whole in a chunk (ids call_1, call_2), as Gemini's
+#             OpenAI compatibility streams them; the second's arguments in two pieces, the later
+#             without an id
+#   donehang  "ok-dh" and "data: [DONE]", then the connection stays open (60 s); finhang: "ok-fh"
+#             with finish_reason "stop" and its usage, then the same without "[DONE]"
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
+import gzip
+import http.server
 import json
 import os
+import ssl
 import sys
+import threading
 import time
 
 from serve_lib import FakeHandler, delta, sse, start_fake
@@ -83,6 +111,22 @@ class Fake(FakeHandler):
             f.write(self.path + "\n")
         if self.path.startswith("/html/"):
             self.html()
+            return
+        if self.path.startswith("/redir/"):  # http:// sent to https://, say: another origin
+            self.send_response(301)
+            self.send_header("Location", "http://127.0.0.2:9/api/v1/models/?api-version=2")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/biglist/"):  # a model list past 1 MiB (a router's hundreds of models)
+            pad = [{"id": "other-%d" % k, "object": "model", "description": "d" * 2000} for k in range(1000)]
+            self.send_json(200, {"object": "list", "data": self.MODELS + pad})
+            return
+        if self.path.startswith("/nomodels/"):  # a server (a proxy) without a model list
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        if self.path.startswith("/err200/"):  # a gateway's error with status 200
+            self.send_json(200, {"error": {"message": "invalid api key", "type": "auth"}})
             return
         if self.path.startswith("/hang/"):  # a server that takes the request and never answers
             time.sleep(60)
@@ -125,6 +169,14 @@ class Fake(FakeHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        if last in ("sse400", "empty200"):
+            body = b'data: {"error": {"message": "bad request x"}}\n\n' if last == "sse400" else b""
+            self.send_response(400 if body else 200)
+            self.send_header("Content-Type", "text/event-stream" if body else "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if last == "err500big":  # 500 with a body without end (8 MiB at most)
             self.send_response(500)
             self.send_header("Content-Type", "text/html")
@@ -140,6 +192,30 @@ class Fake(FakeHandler):
             self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if last in ("gzip", "gzerr"):  # compressed though the request asks for identity
+            with open(sys.argv[2] + ".enc", "a") as f:
+                f.write(repr(self.headers.get_all("Accept-Encoding")) + "\n")
+            if last == "gzip":
+                code, ctype, body = 200, "text/event-stream", sse(delta({"content": "ok-gzip"}, "stop")) + b"data: [DONE]\n\n"
+            else:
+                code, ctype, body = 429, "application/json", b'{"error": {"message": "rate limited"}}'
+            body = gzip.compress(body)
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Retry-After", "7")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if last == "err200":
+            self.send_json(200, {"error": {"message": "model overloaded", "code": 503}})
+            return
+        if last == "argsobj" and len(req["messages"]) > 2:  # the second time: one JSON answer
+            call = {"id": "call_o", "type": "function", "function": {"name": "lookup", "arguments": {"q": 1}}}
+            self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
             return
         if self.path.startswith("/textplain/"):  # the stream labelled text/plain (a proxy's doing)
             self.send_response(200)
@@ -275,6 +351,49 @@ class Fake(FakeHandler):
                 sse(delta({"content": "i\ud83d"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
             return
+        if last == "interleave":  # the calls' pieces interleaved
+            ev = [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "one", "arguments": '{"x": '}},
+                  {"index": 1, "id": "call_2", "type": "function", "function": {"name": "two", "arguments": '{"y": '}},
+                  {"index": 0, "function": {"arguments": '1}'}}, {"index": 1, "function": {"arguments": '2}'}}]
+            self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
+                             b"data: [DONE]\n\n")
+            return
+        if last == "noindex":  # calls without "index"
+            ev = [{"id": "call_1", "type": "function", "function": {"name": "one", "arguments": '{"a": 1}'}},
+                  {"id": "call_2", "type": "function", "function": {"name": "two", "arguments": '{"b": '}},
+                  {"function": {"arguments": '2}'}}]
+            self.wfile.write(b"".join(sse(delta({"tool_calls": [d]})) for d in ev) + sse(delta({}, "tool_calls")) +
+                             b"data: [DONE]\n\n")
+            return
+        if last in ("donehang", "finhang"):  # the stream's end, but not the connection's
+            if last == "donehang":
+                self.wfile.write(sse(delta({"content": "ok-dh"}, "stop")) + b"data: [DONE]\n\n")
+            else:
+                self.wfile.write(sse(delta({"content": "ok-fh"}, "stop")) +
+                                 sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}))
+            self.wfile.flush()
+            time.sleep(60)
+            return
+        if last == "errnull":
+            self.wfile.write(sse(delta({"content": "ok-"}, error=None)) + sse(delta({"content": "errnull"}, "stop", error=None)) +
+                             b"data: [DONE]\n\n")
+            return
+        if last == "argsobj":
+            fn = {"name": "get_weather", "arguments": {"city": "Paris"}}
+            self.wfile.write(sse(delta({"tool_calls": [{"index": 0, "id": "call_w", "type": "function", "function": fn}]},
+                                       "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last in ("filter", "abort"):
+            self.wfile.write(sse(delta({"content": "part"}, "content_filter" if last == "filter" else "abort")) +
+                             b"data: [DONE]\n\n")
+            return
+        if last == "rawutf8":
+            self.wfile.write(b'data: {"choices":[{"index":0,"delta":{"content":"a\xffb\xe4\xb8c"},"finish_reason":"stop"}]}\n\n'
+                             b"data: [DONE]\n\n")
+            return
+        if last == "midcut":
+            self.wfile.write(sse(delta({"content": "half "})) + b'data: {"choices":[{"index":0,"delta":{"content":"mo')
+            return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))
             return
@@ -290,6 +409,14 @@ class Fake(FakeHandler):
 
 
 srv = start_fake(Fake)
+if os.environ.get("HOSTILE_TLS"):  # CERT:KEY: the same server over TLS, its port in PORTFILE.tls
+    tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*os.environ["HOSTILE_TLS"].split(":"))
+    tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+    threading.Thread(target=tls.serve_forever, daemon=True).start()
+    with open(sys.argv[1] + ".tls", "w") as f:
+        f.write(str(tls.server_address[1]))
 try:
     srv6 = start_fake(Fake, "::1")
     with open(sys.argv[1] + ".6", "w") as f:

@@ -17,10 +17,22 @@
 # split between two events of one field are joined; a half left at a call's end is U+FFFD in
 # that call's own box. The reasoning's token count is the server's
 # usage.completion_tokens_details.reasoning_tokens. --endpoint URLs are
-# read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
+# read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo. A
+# body compressed unasked is decoded; an error in a 200 answer (chat or /models) is that error,
+# and "error": null is none; a call's arguments as an object are its text; finish_reason
+# "content_filter" or "abort" is said and the reply kept interrupted; raw bytes that are not UTF-8
+# are U+FFFD; a connection closed inside an event says so; a loopback server is reached without
+# the environment's proxy.
 . "$K3_SRC/tests/tui-lib.sh"
 
-/usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+# a self-signed certificate for the server's TLS port, where openssl(1) is at hand
+tls=""
+if command -v openssl >/dev/null 2>&1 &&
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout "$K3_TMP/key.pem" \
+        -out "$K3_TMP/cert.pem" >/dev/null 2>&1; then
+    tls="$K3_TMP/cert.pem:$K3_TMP/key.pem"
+fi
+HOSTILE_TLS="$tls" /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
 fpid=$!
 trap 'tmux_end "$T"; kill $fpid 2>/dev/null; wait $fpid' EXIT
 wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
@@ -68,6 +80,25 @@ printf 'hi\n' | K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain >/dev
 check "K3_ENDPOINT_IDLE_SECS=0 is refused at start, that error alone" \
     grep -qx "k3chat: K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" "$K3_TMP/err1z"
 check "... and no other line ($(cat "$K3_TMP/err1z"))" [ "$(wc -l <"$K3_TMP/err1z")" -eq 1 ]
+# the full-screen chat after that failure: a message sent said "no model is loaded, so nothing
+# can answer" (no model was to be loaded) and the message was gone. Now it names the connection
+# (not its URL: a password may be in it) and the error, says what to do, and the message is back
+# in the input line
+tui_start 120 30 K3_ENDPOINT_IDLE_SECS=0 -- "$K3CHAT --endpoint $ep; echo EXIT=\$?; sleep 60"
+wait_for "is not an integer in 1..86400" 10
+type_line "my question"
+check "--endpoint failed at start, full screen: a message sent names the connection and the error" \
+    wait_for "nothing can answer: the --endpoint connection did not start (K3_ENDPOINT_IDLE_SECS" 10
+check "... says what to do" has "quit (Ctrl-D) and start k3chat again"
+check "... the message is back in the input line" wait_input "my question" 5
+check "... the status bar names no model" has "remote: did not start"
+keys C-u
+type_line "/save $K3_TMP/fz.jsonl"
+check "... a command says the engine did not start, and why" \
+    wait_for "not done: the engine did not start (K3_ENDPOINT_IDLE_SECS" 10
+check "... nowhere 'no model is loaded'" hasnt "no model"
+keys C-d
+check "... and Ctrl-D quits with 1" wait_for "EXIT=1" 10
 
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
@@ -241,6 +272,14 @@ check "a redirect names its target and is not followed" grep -qF \
     "$K3_TMP/err3"
 check "... a key to 127.0.0.1 draws no warning" sh -c "! grep -q warning '$K3_TMP/err3'"
 check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err3'"
+check "... the line gives the API base to use it" grep -qF \
+    "which k3chat does not follow: give --endpoint http://127.0.0.2:9/v1 to use it" "$K3_TMP/err3"
+# /models redirected: the base to give is the target without /models (the line said to give the
+# whole target, which as a base asked /api/v1/models/models)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/redir/v1" --plain >/dev/null 2>"$K3_TMP/err3m"
+check "a redirect of /models: the base to give, its query kept" grep -qF \
+    "which k3chat does not follow: give --endpoint http://127.0.0.2:9/api/v1?api-version=2 to use it" \
+    "$K3_TMP/err3m"
 
 # a URL without a scheme is http: libcurl guessed the protocol from the host's name (ftp.HOST spoke
 # FTP to the HTTP server and timed out; dict.HOST, ldap.HOST likewise)
@@ -261,6 +300,16 @@ printf 'err400\nerr502\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/
 check "a 400 with its message: shown" grep -qF "k3chat: the server answered 400: the first error" "$K3_TMP/err12e"
 check "... then a 502 without a body: '(no message)', not the 400's" grep -qF \
     "k3chat: the server answered 502: (no message)" "$K3_TMP/err12e"
+
+# a 400 whose error comes as an event ("data: {...}"): its message (the line showed 'data: ' and the
+# JSON raw, the body's blank line inside it); a 200 without a body says so (it was 'the stream
+# ended without one data: event', of a stream that never began)
+printf 'sse400\nempty200\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err12d"
+check "a 400 sent as an event: its message" grep -qxF \
+    "k3chat: the server answered 400: bad request x (the conversation is kept: /retry sends the message again)" \
+    "$K3_TMP/err12d"
+check "a 200 with an empty body: said so" grep -qF \
+    "k3chat: $ep/v1: the server answered 200 with an empty body (the conversation" "$K3_TMP/err12d"
 
 # a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
 # NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
@@ -423,6 +472,146 @@ if [ -s "$K3_TMP/port.6" ]; then
         grep -q "^k3chat: http://\[::1\]:$port6/v1: the server failed mid-answer" "$K3_TMP/erru"
 else
     echo "SKIP: no IPv6 loopback here ([::1] endpoints)"
+fi
+
+# calls_kept FILE LIST: the tool calls of transcript FILE's assistant messages, in order, as
+# (id, name, arguments) are the Python literal LIST
+calls_kept() {
+    /usr/bin/python3 -c '
+import ast, json, sys
+m = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+c = [(t["id"], t["function"]["name"], t["function"]["arguments"]) for x in m for t in x.get("tool_calls") or []]
+sys.exit(c != ast.literal_eval(sys.argv[2]))' "$1" "$2"
+}
+
+# a body compressed though the request asked for none (a proxy's gzip): decoded (the stream was
+# read as its compressed bytes, 'without one data: event', an error as '\x1F\x8B\x08')
+printf 'gzip\ngzerr\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outz" 2>"$K3_TMP/errz"
+check "a gzip-compressed stream is read" grep -qx "ok-gzip" "$K3_TMP/outz"
+check "... a gzip-compressed 429: its message and the wait asked" grep -qF \
+    "k3chat: the server answered 429: rate limited (it asks to wait 7 s before retrying) (the conversation" \
+    "$K3_TMP/errz"
+check "... and no compression was asked" [ "$(sort -u "$K3_TMP/reqs.enc")" = "['identity']" ]
+
+# an error as a 200 answer (a gateway's): its message (the chat said 'malformed answer: no
+# choices[0].message', /models 'names no model: use --model NAME'); "error": null beside an answer
+# is no error (it failed the turn as 'the server failed mid-answer: (no message)')
+printf 'err200\nerrnull\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/oute" 2>"$K3_TMP/erre"
+check "200 with an error body: the server's message" grep -qF \
+    "k3chat: $ep/v1: the server answered 200 with an error: model overloaded (the conversation" "$K3_TMP/erre"
+check "... events with \"error\": null are an answer" grep -qx "ok-errnull" "$K3_TMP/oute"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/err200/v1" --plain >/dev/null 2>"$K3_TMP/erre2"
+check "/models answering 200 with an error: the server's message" grep -qF \
+    "k3chat: $ep/err200/v1/models answered 200 with an error: invalid api key" "$K3_TMP/erre2"
+
+# a server without a model list (404 at /models): without --model the line names the request and
+# the way on (it said only 'the server answered 404: Not Found'); with --model no line at all (each
+# start showed that error for a chat that worked)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --plain >/dev/null 2>"$K3_TMP/errm"
+check "no model list, no --model: the request named, --model suggested" grep -qF \
+    "k3chat: $ep/nomodels/v1/models: the server answered 404: Not Found (is that the API base? a server without a model list needs --model NAME)" \
+    "$K3_TMP/errm"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nomodels/v1" --model m --plain \
+    >"$K3_TMP/outm2" 2>"$K3_TMP/errm2"
+check "... with --model: answered" grep -qx "ok" "$K3_TMP/outm2"
+check "... and no error line ($(head -c 200 "$K3_TMP/errm2"))" [ ! -s "$K3_TMP/errm2" ]
+
+# a model list past 1 MiB (a router's hundreds of models): read (it failed as 'the answer is over
+# 1048576 bytes and is not a stream' and no model was known)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/biglist/v1" --plain >"$K3_TMP/outbl" 2>"$K3_TMP/errbl"
+check "a 2 MB model list: its first model answers" grep -qx "ok" "$K3_TMP/outbl"
+check "... no error line ($(head -c 200 "$K3_TMP/errbl"))" [ ! -s "$K3_TMP/errbl" ]
+
+# a call's arguments as a JSON object instead of its text, in a stream and in a JSON answer: that
+# object's text (they were dropped: '-> get_weather()', kept with arguments "", which is no JSON)
+printf 'argsobj\nargsobj\n/save %s/argsobj.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outa" 2>"$K3_TMP/erra"
+check "arguments as an object in a stream: shown as JSON text" \
+    grep -qxF -e '-> get_weather({"city":"Paris"})' "$K3_TMP/outa"
+check "... in a JSON answer too" grep -qxF -e '-> lookup({"q":1})' "$K3_TMP/outa"
+check "... and kept as that text" calls_kept "$K3_TMP/argsobj.jsonl" \
+    '[("call_w", "get_weather", "{\"city\":\"Paris\"}"), ("call_o", "lookup", "{\"q\":1}")]'
+
+# two calls whose pieces come interleaved (the first's rest after the second began): each box shows
+# its call whole, in order (the first showed '-> one({"x": )', the rest of it never, though kept)
+printf 'interleave\n/save %s/inter.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outil" 2>"$K3_TMP/erril"
+check "interleaved calls: each shown whole, in order" [ "$(grep -e '^-> ' "$K3_TMP/outil")" = \
+    "$(printf '%s\n' '-> one({"x": 1})' '-> two({"y": 2})')" ]
+check "... and kept" calls_kept "$K3_TMP/inter.jsonl" \
+    '[("call_1", "one", "{\"x\": 1}"), ("call_2", "two", "{\"y\": 2}")]'
+
+# tool-call deltas without an "index" (each call whole in a chunk, as Gemini's OpenAI compatibility
+# sends them): a new call for each new id, a piece without one continues the last (the turn failed
+# as 'malformed stream: a tool call delta has no index')
+printf 'noindex\n/save %s/noindex.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outni" 2>"$K3_TMP/errni"
+check "calls without an index: both shown" sh -c "grep -qxF -e '-> one({\"a\": 1})' '$K3_TMP/outni' &&
+    grep -qxF -e '-> two({\"b\": 2})' '$K3_TMP/outni'"
+check "... and kept" calls_kept "$K3_TMP/noindex.jsonl" \
+    '[("call_1", "one", "{\"a\": 1}"), ("call_2", "two", "{\"b\": 2}")]'
+
+# finish_reason "content_filter" or "abort": the server, not the model, ended the answer; a line says
+# so and the reply is kept marked interrupted (it showed and saved as a whole answer)
+printf 'filter\nabort\n/save %s/filter.jsonl\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outf" 2>"$K3_TMP/errf"
+check "content_filter: a line names the filter" grep -qF \
+    "k3chat: $ep/v1: the server's content filter withheld the rest of the answer (finish_reason 'content_filter'" \
+    "$K3_TMP/errf"
+check "... abort: the server ended it" grep -qF \
+    "k3chat: $ep/v1: the server ended the answer before the model did (finish_reason 'abort'" "$K3_TMP/errf"
+check "... both replies shown and kept, marked interrupted" /usr/bin/python3 -c '
+import json, sys
+a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and all(x["content"] == "part" and x.get("interrupted") for x in a)))' \
+    "$K3_TMP/filter.jsonl"
+
+# bytes that are not UTF-8 in a stream's JSON (a token's bytes written raw): U+FFFD each, the turn
+# stands (jansson refused the event and the turn failed as a malformed stream); a connection that
+# closes inside an event says so (it was 'malformed stream: an event is not a JSON object')
+printf 'rawutf8\nmidcut\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outu8" 2>"$K3_TMP/erru8"
+check "raw bytes that are not UTF-8: U+FFFD each" \
+    grep -qxF "$(printf 'a\357\277\275b\357\277\275c')" "$K3_TMP/outu8"
+check "... no malformed stream" sh -c "! grep -q malformed '$K3_TMP/erru8'"
+check "a connection closed inside an event: said so" grep -qF \
+    "k3chat: $ep/v1: the stream ended inside an event, before the answer was complete (premature end of input" \
+    "$K3_TMP/erru8"
+
+# "data: [DONE]", or a finish_reason and its usage without "[DONE]", and the connection left open
+# after it (a proxy's keep-alive gone wrong): the answer ends there (the whole answer waited for
+# K3_ENDPOINT_IDLE_SECS, then was called stopped and kept as interrupted)
+printf 'donehang\nfinhang\n/stats\n/save %s/dh.jsonl\n' "$K3_TMP" |
+    K3_ENDPOINT_IDLE_SECS=5 timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outdh" 2>"$K3_TMP/errdh"
+check "[DONE] and the connection left open: the answer" grep -qx "ok-dh" "$K3_TMP/outdh"
+check "... a finish_reason without [DONE] too" grep -qx "ok-fh" "$K3_TMP/outdh"
+check "... whole: no error line" sh -c "! grep -q 'was stopped' '$K3_TMP/errdh'"
+check "... the usage after the finish counted" grep -q "^k3chat: context: 7 of 4096 tokens" "$K3_TMP/errdh"
+check "... and neither kept as interrupted" /usr/bin/python3 -c '
+import json, sys
+a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+sys.exit(not ([x["content"] for x in a] == ["ok-dh", "ok-fh"] and not any(x.get("interrupted") for x in a)))' \
+    "$K3_TMP/dh.jsonl"
+
+# a proxy in the environment (http_proxy, all_proxy; nothing listens at 127.0.0.2:9): a server on
+# this machine is reached directly (libcurl sent the request, the key with it, to the proxy)
+printf 'hi\n' | http_proxy=http://127.0.0.2:9 HTTPS_PROXY=http://127.0.0.2:9 all_proxy=http://127.0.0.2:9 \
+    K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/outp" 2>"$K3_TMP/errp"
+check "a proxy in the environment: a loopback server is answered directly" grep -qx "ok" "$K3_TMP/outp"
+
+# TLS failures name their likely cause (OpenSSL's words alone: 'error:0A00010B:SSL
+# routines::wrong version number' for https:// to a server that speaks plain HTTP)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "https://127.0.0.1:$port" --plain >/dev/null 2>"$K3_TMP/errt"
+check "https:// to a plain-HTTP server: the handshake failed, use http://" grep -qF \
+    "(the TLS handshake failed: a server that speaks plain HTTP, as vLLM and SGLang do unless given a certificate, needs http://)" \
+    "$K3_TMP/errt"
+if [ -n "$tls" ] && wait_until "the TLS port" 10 test -s "$K3_TMP/port.tls"; then
+    printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "https://localhost:$(cat "$K3_TMP/port.tls")" --plain \
+        >/dev/null 2>"$K3_TMP/errt2"
+    check "a self-signed certificate: refused, saying what a certificate must be" grep -qF \
+        "(the server's certificate was refused: it must name the URL's host, and a private CA's must be among the system's certificates, update-ca-certificates(8))" \
+        "$K3_TMP/errt2"
+else
+    echo "SKIP: no openssl(1) here (a self-signed certificate)"
 fi
 
 # Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's

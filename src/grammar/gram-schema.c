@@ -530,11 +530,11 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
 
 static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
 
-/* Schema s from -> to; when that fills the grammar (G_MAX_NODES), the innermost path is kept
- * for the refusal (sc_finish). */
+/* Schema s from -> to; when that fills the grammar (G_MAX_NODES) or passes its meter, the
+ * innermost path is kept for the refusal (sc_finish). */
 k3_status sc_emit(sc *c, const jv *s, const char *path, int from, int to) {
     k3_status st = emit_schema(c, s, path, from, to);
-    if (st && c->g->full && !c->full_at[0])
+    if (st && (c->g->full || (c->g->meter && c->g->meter->refused)) && !c->full_at[0])
         snprintf(c->full_at, sizeof c->full_at, "%s", path);
     return st;
 }
@@ -726,7 +726,10 @@ static k3_status chat_close(sc *c) {
 /* The end of a compile: on success *out gets the grammar, on failure it is freed and *out NULL;
  * the compiler's own state and the parsed schema are freed either way. */
 k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
-    if (st && c->g && c->g->full)
+    if (st && c->g && c->g->meter && c->g->meter->refused)
+        st = k3_err(K3_ERR_NOMEM, "%s: its compile passed the %zu MB of memory it was given%s%s", c->g->what,
+                    c->g->meter->granted >> 20, c->full_at[0] ? " at " : "", c->full_at);
+    else if (st && c->g && c->g->full)
         st = k3_err(K3_ERR_UNSUPPORTED,
                     "%s: too large%s%s: it needs more than %d grammar nodes or %d edges (each maxLength, "
                     "maxItems, enum value and pattern repetition is written out, nested ones multiply)",
@@ -751,7 +754,7 @@ k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
     return st;
 }
 
-static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
+static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only, k3_gmeter *m,
                          k3_grammar **out) {
     sc        c  = {.any = -1};
     jv       *js = NULL;
@@ -763,7 +766,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     }
     if ((st = g_new(v, object_only ? "json object" : "json schema", &c.g)))
         goto done;
-    c.root = js;
+    c.g->meter = m;
+    c.root     = js;
     if (object_only) { /* { } or {"k":V,...}: the any-value rule without its other branches */
         int             start, b = sc_node(&c), e = sc_node(&c);
         static const jv obj = {.kind = JV_OBJECT};
@@ -787,10 +791,11 @@ done:
     return sc_finish(&c, js, st, out);
 }
 
-k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out) {
-    return compile(v, schema, len, 0, out);
+k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_gmeter *m,
+                                 k3_grammar **out) {
+    return compile(v, schema, len, 0, m, out);
 }
 
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out) {
-    return compile(v, NULL, 0, 1, out);
+    return compile(v, NULL, 0, 1, NULL, out);
 }

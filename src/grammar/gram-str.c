@@ -381,6 +381,7 @@ k3_status sc_pattern_ok(sc *c, const jv *re, const jv *x, const char *path, int 
         if ((st = g_new(c->g->voc, "json schema", &g)))
             return st;
         g->free_fill = 1;
+        g->meter     = c->g->meter;
         int b = g_node_new(g), e = g_node_new(g);
         if (e < 0)
             st = g_nomem();

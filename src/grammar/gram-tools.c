@@ -233,7 +233,7 @@ static k3_status tools_calls(sc *c, const tool_set *t, int max_calls, int cur, i
 }
 
 k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
-                                int text, k3_grammar **out) {
+                                int text, k3_gmeter *m, k3_grammar **out) {
     sc        c     = {.any = -1};
     jv       *js    = NULL;
     tool_set  t     = {0};
@@ -248,10 +248,12 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
         k3_err_prefix("tool calls: tools are not JSON");
         return K3_ERR_ARG;
     }
-    if (!(st = g_new(v, "tool calls", &c.g)) && !(st = tools_collect(&c, js, only, &t)) &&
-        !(st = tools_frame(&c, text, &calls, &after)) &&
-        !(st = tools_calls(&c, &t, max_calls, calls, after)) && !(st = sc_rules_emit(&c)))
-        st = g_finish(c.g);
+    if (!(st = g_new(v, "tool calls", &c.g))) {
+        c.g->meter = m;
+        if (!(st = tools_collect(&c, js, only, &t)) && !(st = tools_frame(&c, text, &calls, &after)) &&
+            !(st = tools_calls(&c, &t, max_calls, calls, after)) && !(st = sc_rules_emit(&c)))
+            st = g_finish(c.g);
+    }
     free(t.args);
     free(t.name);
     free(t.len);

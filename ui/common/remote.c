@@ -12,13 +12,18 @@
  * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
  * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
  * one JSON body instead of a stream is accepted too. A lone UTF-16 surrogate escape in a server's
- * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else, but the halves of a pair
- * split between two events of one field are joined (halves_join); a tool call that a
- * finish_reason "length" cut is shown but not kept (doc/tool-calls.md).
+ * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else (raw in a server's JSON
+ * too), but the halves of a pair split between two events of one field are joined (halves_join);
+ * a tool call that a finish_reason "length" cut is shown but not kept (doc/tool-calls.md), and
+ * arguments sent as an object are that object's text. No compression is asked for, but a body
+ * compressed anyway is decoded; a server on this machine is reached without the environment's
+ * proxy.
  *
- * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
- * stream, a stream cut short) become one EV_ERROR line; the user's message stays in the
- * conversation (with what was streamed, as an interrupted reply) and /retry sends it again.
+ * Failures (cannot connect, timeouts, HTTP errors with the server's error message, an error in a
+ * 200 answer, a malformed stream, a stream cut short) become one EV_ERROR line; the user's message
+ * stays in the conversation (with what was streamed, as an interrupted reply) and /retry sends it
+ * again. An answer that the server ended before the model did (finish_reason "content_filter",
+ * "abort") is kept, marked interrupted, with a line saying so.
  * Ctrl-C aborts the transfer from libcurl's progress callback. What only a local engine can do
  * (/experts, /replay) says so.
  */
@@ -37,11 +42,13 @@
 #include <strings.h>
 
 #define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_LIST (16u << 20)   /* bytes of the /models list (OpenRouter's runs past 1 MiB) */
 #define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
 #define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer: reasoning, text, tool calls         */
 #define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
 #define REMOTE_MAX_TOKENS (1 << 29)   /* a token count past this is not believed (two add up in an int) */
 #define REMOTE_CONNECT_S 10L
+#define REMOTE_END_WAIT_S 3 /* seconds the body may go on after the answer's end (on_xfer) */
 
 typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
@@ -51,19 +58,22 @@ typedef struct rcall { /* a tool call of the answer, as it streams */
 } rcall;
 
 typedef struct remote {
-    ue      *u;
-    k3_conv *c;
-    CURLU   *url;         /* --endpoint as libcurl reads it; each request sets its path (url_read) */
-    char    *path;        /* the API base's path: "/v1", "" for the root (no trailing slash)      */
-    char    *shown;       /* the base without user:password@ or query (messages, the status bar)  */
-    char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
-    char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
-    int      ctx_max;     /* from /models max_model_len, -1 unknown */
-    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
-    int      idle_s;      /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
-    double   progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
-    CURL    *curl;
-    char     cerr[CURL_ERROR_SIZE];
+    ue         *u;
+    k3_conv    *c;
+    CURLU      *url;      /* --endpoint as libcurl reads it; each request sets its path (url_read) */
+    int         loopback; /* its host is this machine's (url_loopback): reached directly, never by a proxy */
+    const char *req;      /* the request's path under the base: "/models", "/chat/completions" (http) */
+    char       *path;     /* the API base's path: "/v1", "" for the root (no trailing slash)      */
+    char       *shown;    /* the base without user:password@ or query (messages, the status bar)  */
+    char       *model;    /* NULL = not known yet (heap: a server's id may be long) */
+    char       *auth;     /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
+    int         ctx_max;  /* from /models max_model_len, -1 unknown */
+    int         ctx_used; /* prompt + completion tokens of the last answered turn (usage) */
+    int         idle_s;   /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
+    double      progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
+    double      end_at;      /* when "[DONE]" or the first finish_reason came, 0: not yet (on_xfer) */
+    CURL       *curl;
+    char        cerr[CURL_ERROR_SIZE];
     /* one turn */
     int         http; /* status of the response being read */
     int         is_sse;
@@ -72,6 +82,7 @@ typedef struct remote {
     int         ev_error;    /* the current event is "event: error" */
     int         after_cr;    /* the last read ended with a line's CR  */
     int         n_events;    /* events read (data: lines ended)       */
+    int         at_end;      /* the body ended: an event left is its last, perhaps cut */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
     long        half[2];     /* per channel (EV_CH_THINK, EV_CH_RESPONSE): halves_join's pending high */
@@ -97,6 +108,13 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud);
 static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     (void)dt, (void)dn, (void)ut, (void)un;
     remote *r = ud;
+    /* the answer's end came ("[DONE]", or a finish_reason) but not the body's: a server or proxy
+     * that left the connection open held a whole answer until the idle limit, which then called it
+     * interrupted. REMOTE_END_WAIT_S after the end and the last part (usage may follow a finish)
+     * the transfer stops as the answer's end (http); a server that ends its body as it should
+     * keeps the connection for the next turn. */
+    if (r->end_at > 0 && ev_now() - fmax(r->end_at, r->progress_at) > REMOTE_END_WAIT_S)
+        return 1;
     if (ue_cancelled(r->u))
         return 1;
     if (ev_now() - r->progress_at <= r->idle_s)
@@ -110,6 +128,7 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
 /* GET or POST (body != NULL) the base's path + path; the answer goes through on_body. */
 static CURLcode http(remote *r, const char *path, const char *body, long timeout_s) {
     k3_buf at = {0};
+    r->req    = path;
     k3_buf_printf(&at, "%s%s", r->path, path);
     CURLUcode uc = at.p ? curl_url_set(r->url, CURLUPART_PATH, at.p, 0) : CURLUE_OUT_OF_MEMORY;
     free(at.p);
@@ -119,6 +138,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
                           body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
+    /* no compression asked (a compressor buffers a stream: no token shows until a block fills), but
+     * a body compressed anyway (a proxy's gzip, an error page) is decoded (CURLOPT_ACCEPT_ENCODING):
+     * it was read as the compressed bytes, a stream 'without one data: event' */
+    h = curl_slist_append(h, "Accept-Encoding: identity");
     if (r->auth)
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
@@ -132,6 +155,12 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
 #else
     curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""); /* decode all libcurl knows; the header above asks */
+    /* libcurl takes a proxy from the environment (http_proxy, https_proxy, all_proxy; no_proxy)
+     * for any host: a server on this machine went through it, the key in the clear to the proxy,
+     * which reached its own loopback or failed ('answered 502') */
+    if (r->loopback)
+        curl_easy_setopt(c, CURLOPT_PROXY, "");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->cerr);
@@ -147,10 +176,13 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    r->ev_error = r->after_cr = r->n_events = 0;
-    r->progress_at                          = ev_now();
-    CURLcode rc                             = curl_easy_perform(c);
-    long     code                           = 0;
+    r->ev_error = r->after_cr = r->n_events = r->at_end = 0;
+    r->progress_at                                      = ev_now();
+    r->end_at                                           = 0;
+    CURLcode rc                                         = curl_easy_perform(c);
+    long     code                                       = 0;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && r->end_at > 0 && !r->err[0]) /* after the end (on_xfer) */
+        rc = CURLE_OK;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -250,6 +282,20 @@ static int marks_free(const char *s, size_t n) {
  * everywhere else; the rewrite is a copy, made only when there is one. mark: one at an edge of its
  * string becomes its mark instead (mark_of; the caller checked marks_free), for halves_join. */
 static json_t *server_json(const char *s, size_t n, json_error_t *je, int mark) {
+    /* bytes that are not UTF-8 (a server that writes a token's bytes raw, cut inside a character)
+     * are U+FFFD too: jansson refused the whole event for one and the turn failed. A raw NUL is
+     * no JSON anyway (the copy is a C string): the parse names it. */
+    char *good = NULL;
+    if (!memchr(s, 0, n) && k3_utf8_repair(s, n, NULL, NULL) > 0) {
+        if (k3_utf8_repair(s, n, &good, NULL) < 0) {
+            if (je)
+                snprintf(je->text, sizeof je->text, "out of memory");
+            return NULL;
+        }
+        json_t *obj = server_json(good, strlen(good), je, mark);
+        free(good);
+        return obj;
+    }
     size_t at = lone_surrogate(s, n, 0);
     if (at == n)
         return json_loadb(s, n, JSON_ALLOW_NUL, je);
@@ -305,6 +351,41 @@ static const char *error_message(json_t *o) {
     return m ? m : json_string_value(json_object_get(o, "detail"));
 }
 
+/* The failure that a 2xx body or a stream's event reports instead of an answer: {"error": ...}
+ * (an "error": null beside an answer is none) or vLLM's flat error object; its message, "(no
+ * message)" when it gives none; NULL when o is no failure. */
+static const char *failure_of(json_t *o) {
+    json_t *e = json_object_get(o, "error");
+    if ((!e || json_is_null(e)) && !is_error_object(o))
+        return NULL;
+    const char *m = error_message(o);
+    return m ? m : "(no message)";
+}
+
+/* The API base that a redirect's target means for the request req ("/models", "/chat/completions"):
+ * the target without req at its path's end, its query kept (an http:// base sent to https:// for
+ * /v1/models is https://.../v1: the whole target, the line's advice, read as a base asked
+ * /v1/models/models); an API at the root is named by its /chat/completions (url_read). NULL
+ * when the path does not end with req (curl_free). */
+static char *redirect_base(const char *to, const char *req) {
+    CURLU *u    = curl_url();
+    char  *path = NULL, *base = NULL;
+    if (u && req && curl_url_set(u, CURLUPART_URL, to, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
+        size_t pn = strlen(path), rn = strlen(req);
+        while (pn > 1 && path[pn - 1] == '/') /* ".../models/", a server's slash redirect */
+            path[--pn] = 0;
+        if (pn >= rn && !strcmp(path + pn - rn, req)) {
+            path[pn - rn] = 0;
+            if (curl_url_set(u, CURLUPART_PATH, pn > rn ? path : "/chat/completions", 0) == CURLUE_OK)
+                curl_url_get(u, CURLUPART_URL, &base, 0);
+        }
+    }
+    curl_free(path);
+    curl_url_cleanup(u);
+    return base;
+}
+
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
@@ -317,24 +398,54 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         snprintf(out, n, "%.300s timed out: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc != CURLE_OK) {
-        snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        /* OpenSSL's words alone ('error:0A00010B:SSL routines::wrong version number' for https://
+         * to a server that speaks plain HTTP, as vLLM and SGLang do by default) said nothing of
+         * the cause */
+        snprintf(out, n, "%.300s: %.300s%s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc),
+                 rc == CURLE_SSL_CONNECT_ERROR ? " (the TLS handshake failed: a server that speaks plain "
+                                                 "HTTP, as vLLM and SGLang do unless given a certificate, "
+                                                 "needs http://)"
+                 : rc == CURLE_PEER_FAILED_VERIFICATION
+                     ? " (the server's certificate was refused: it must name the URL's host, and a "
+                       "private CA's must be among the system's certificates, update-ca-certificates(8))"
+                     : "");
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
-         * a body showed the error before it) */
-        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL, 0) : NULL;
+         * a body showed the error before it); an error sent as an event ("data: {...}") is its data
+         * (the line showed "data: " and the JSON raw), and the line ends after the body's text */
+        const char *b  = r->body.p, *nl;
+        size_t      bn = r->body.n;
+        if (bn > 5 && !memcmp(b, "data:", 5)) {
+            size_t skip = 5 + (b[5] == ' ');
+            b += skip, bn -= skip;
+            if ((nl = memchr(b, '\n', bn)))
+                bn = (size_t)(nl - b);
+        }
+        while (bn && strchr(" \t\r\n", b[bn - 1]))
+            bn--;
+        json_t     *o   = bn ? server_json(b, bn, NULL, 0) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
-            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
-            snprintf(out, n,
-                     "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
-                     "give that address to --endpoint",
-                     r->http, to);
-        else
-            snprintf(out, n, "the server answered %d: %.400s", r->http,
-                     msg         ? msg
-                     : r->body.n ? r->body.p
-                                 : "(no message)");
+            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to) {
+            char *base = redirect_base(to, r->req);
+            if (base)
+                snprintf(out, n,
+                         "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
+                         "give --endpoint %.300s to use it",
+                         r->http, to, base);
+            else
+                snprintf(out, n,
+                         "the server answered %d, a redirect to %.300s, which k3chat does not follow "
+                         "(not the API's path: is --endpoint the API base?)",
+                         r->http, to);
+            curl_free(base);
+        } else
+            snprintf(out, n, "the server answered %d: %.*s", r->http,
+                     msg || !bn ? 400 : (int)(bn < 400 ? bn : 400),
+                     msg  ? msg
+                     : bn ? b
+                          : "(no message)");
         curl_off_t wait = -1;
         if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
             snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
@@ -405,27 +516,41 @@ static void box_close(remote *r) {
     r->box = -1;
 }
 
-/* Call k is shown in the response as the local engine shows one (ue_emit_call), once it has a
- * name, in a box of its own: the box open before (the call before it, or a later call a server
- * named first) is closed. */
-static void call_show(remote *r, int k) {
-    rcall *c = &r->calls[k];
-    if (c->shown || !c->name)
-        return;
-    if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
-        r->half[1] = 0;
-    box_close(r);
-    c->shown = 1;
-    r->box   = k;
-    ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
-}
-
-/* 1 when a call's arguments are a whole JSON object (those of a call cut short are not). */
+/* 1 when a call's arguments are a whole JSON object (those of a call cut short are not); parsed
+ * only when they end with '}', as a whole object does (calls_show asks at each piece). */
 static int args_whole(const txt_buf *a) {
-    json_t *o     = json_loadb(a->p ? a->p : "", a->n, 0, NULL);
+    size_t e = a->n;
+    while (e && (a->p[e - 1] == ' ' || a->p[e - 1] == '\t' || a->p[e - 1] == '\r' || a->p[e - 1] == '\n'))
+        e--;
+    if (!e || a->p[e - 1] != '}')
+        return 0;
+    json_t *o     = json_loadb(a->p, a->n, 0, NULL);
     int     whole = json_is_object(o);
     json_decref(o);
     return whole;
+}
+
+/* The calls are shown in the response as the local engine shows them (ue_emit_call), each once it
+ * has a name, in a box of its own, in the order of their indexes. A box stays open while its
+ * call's arguments are not yet a whole JSON object: a server that interleaves its calls' pieces
+ * sends more of it after the next call began (the box had closed at the next call, and the pieces
+ * after never showed: '-> one({"x": )' for a call kept as {"x": 1}); the calls named meanwhile
+ * wait, their text kept, and open after it. end: the answer ended, every named call is shown. */
+static void calls_show(remote *r, int end) {
+    for (int k = 0; k < r->n_calls; k++) {
+        rcall         *c = &r->calls[k];
+        const txt_buf *a = r->box >= 0 ? &r->calls[r->box].args : NULL;
+        if (c->shown || !c->name)
+            continue;
+        if (!end && a && !args_whole(a))
+            return;
+        if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
+            r->half[1] = 0;
+        box_close(r);
+        c->shown = 1;
+        r->box   = k;
+        ue_emit_call(r->u, c->name, c->args.p, c->args.n, 0);
+    }
 }
 
 static void calls_free(remote *r) {
@@ -492,6 +617,15 @@ static int halves_join(remote *r, long *half, json_t *str, int marked) {
     return txt_buf_add(&r->joined, s, n);
 }
 
+/* The call that a delta without an "index" belongs to, id its "id": a server that streams each
+ * call whole, one to a chunk, may send none (Gemini's OpenAI compatibility; the turn failed as a
+ * malformed stream). The last call when the delta names no other id, else a new one. */
+static long long call_of_unindexed(const remote *r, json_t *id) {
+    const char *s    = json_string_value(id);
+    const char *last = r->n_calls ? r->calls[r->n_calls - 1].id : NULL;
+    return r->n_calls && (!s || !*s || (last && !strcmp(s, last))) ? r->n_calls - 1 : r->n_calls;
+}
+
 /* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message; texts:
  * the same array from the parse with marks, or arr (halves_join). */
 static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole) {
@@ -499,11 +633,9 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
     json_t *t;
     json_array_foreach(arr, i, t) {
         json_t   *ix  = json_object_get(t, "index");
-        long long idx = whole ? r->n_calls : json_is_integer(ix) ? json_integer_value(ix) : -1;
-        if (idx < 0 && !json_is_integer(ix)) {
-            snprintf(r->err, sizeof r->err, "malformed stream: a tool call delta has no index");
-            return -1;
-        }
+        long long idx = whole                 ? r->n_calls
+                        : json_is_integer(ix) ? json_integer_value(ix)
+                                              : call_of_unindexed(r, json_object_get(t, "id"));
         if (idx < 0 || idx > r->n_calls || idx >= REMOTE_MAX_CALLS) {
             snprintf(r->err, sizeof r->err,
                      "malformed stream: tool call index %lld out of order (calls open in order from 0, %d "
@@ -519,7 +651,6 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
             }
             r->calls = c;
             memset(&c[r->n_calls++], 0, sizeof *c);
-            box_close(r); /* the calls before it are done */
         }
         rcall  *c    = &r->calls[idx];
         json_t *fn   = json_object_get(t, "function");
@@ -527,20 +658,26 @@ static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole
         if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
             call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
             return -1;
-        args = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
-        if (json_is_string(args) && json_string_length(args)) {
-            if (halves_join(r, &c->half, args, marked)) {
-                snprintf(r->err, sizeof r->err, "out of memory");
-                return -1;
-            }
-            const char *a = r->joined.p;
-            size_t      n = r->joined.n;
-            if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
-                return -1;
-            if (r->box == idx)
-                ue_emit_call(r->u, NULL, a, n, 0);
+        /* arguments as an object, not its JSON text (some servers): that object's text (they were
+         * dropped: a call of get() kept with arguments "", which is no JSON) */
+        char *obj    = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+        int   is_obj = json_is_object(args);
+        args         = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
+        r->joined.n  = 0;
+        if (is_obj ? !obj : json_is_string(args) && halves_join(r, &c->half, args, marked)) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
         }
-        call_show(r, (int)idx);
+        const char *a = obj ? obj : r->joined.p;
+        size_t      n = obj ? strlen(obj) : r->joined.n;
+        if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n))) {
+            free(obj);
+            return -1;
+        }
+        if (n && r->box == idx)
+            ue_emit_call(r->u, NULL, a, n, 0);
+        free(obj);
+        calls_show(r, 0);
     }
     return 0;
 }
@@ -610,7 +747,8 @@ static void usage_of(remote *r, json_t *o) {
 static int on_event(remote *r, const char *d, size_t n) {
     r->n_events++;
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
-        r->done = 1;
+        r->done   = 1;
+        r->end_at = ev_now();
         return 0;
     }
     json_error_t je;
@@ -626,15 +764,19 @@ static int on_event(remote *r, const char *d, size_t n) {
         json_decref(o);
         return -1;
     }
-    if (!json_is_object(o)) {
-        snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
+    if (!json_is_object(o)) { /* at the body's end, text that does not parse: the connection closed
+                               * inside the last event (that was a 'malformed stream') */
+        snprintf(r->err, sizeof r->err,
+                 !o && r->at_end
+                     ? "the stream ended inside an event, before the answer was complete (%s): %.60s"
+                     : "malformed stream: an event is not a JSON object (%s): %.60s",
                  o ? "wrong type" : je.text, d);
         json_decref(o);
         return -1;
     }
-    if (json_object_get(o, "error") || is_error_object(o)) {
-        const char *m = error_message(o);
-        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", m ? m : "(no message)");
+    const char *fail = failure_of(o);
+    if (fail) {
+        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", fail);
         json_decref(o);
         return -1;
     }
@@ -655,8 +797,10 @@ static int on_event(remote *r, const char *d, size_t n) {
     if (answer_size(r) != had || (size_t)r->n_calls != calls) /* a part of the answer: progress */
         r->progress_at = ev_now();
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
-    if (f)
+    if (f && *f) {
         snprintf(r->finish, sizeof r->finish, "%s", f);
+        r->end_at = r->end_at > 0 ? r->end_at : ev_now();
+    }
     json_decref(o);
     return 0;
 }
@@ -705,6 +849,8 @@ static int on_line(remote *r, const char *s, size_t n) {
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     remote *r = ud;
     size_t  n = sz * nm;
+    if (r->done) /* after the stream's "[DONE]" (on_xfer) */
+        return n;
     if (r->is_sse < 0) {
         long  code = 0;
         char *ct   = NULL;
@@ -719,13 +865,16 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     }
     if (!r->is_sse) {
         r->progress_at = ev_now(); /* a JSON answer or an error: its bytes are its progress */
-        if (r->body.n + n > REMOTE_MAX_BODY) {
-            long code = 0; /* an error's body: the status is the news (it was called an answer) */
-            curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
-            if (code >= 300)
+        long code      = 0;
+        curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
+        int list = code < 300 && !strcmp(r->req, "/models");
+        if (r->body.n + n > (list ? REMOTE_MAX_LIST : REMOTE_MAX_BODY)) {
+            if (code >= 300) /* an error's body: the status is the news (it was called an answer) */
                 snprintf(r->err, sizeof r->err,
                          "the server answered %ld with a body of over %u bytes, not read", code,
                          REMOTE_MAX_BODY);
+            else if (list)
+                snprintf(r->err, sizeof r->err, "the model list is over %u bytes, not read", REMOTE_MAX_LIST);
             else
                 snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
                          REMOTE_MAX_BODY);
@@ -766,6 +915,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         if (rc)
             return 0;
         k += adv;
+        if (r->done) /* "data: [DONE]" ends the answer: what follows is not read (on_xfer) */
+            return n;
     }
     return n;
 }
@@ -793,11 +944,17 @@ static void not_api(remote *r, const char *path, const json_error_t *je, char *o
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_error_t je;
-    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
-    json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
-    json_t      *msg = json_object_get(ch, "message");
+    json_t      *o    = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
+    json_t      *ch   = json_array_get(json_object_get(o, "choices"), 0);
+    json_t      *msg  = json_object_get(ch, "message");
+    const char  *fail = failure_of(o);
     if (!o) {
         not_api(r, "", &je, r->err, sizeof r->err);
+        return -1;
+    }
+    if (fail) { /* a gateway's error with status 200 (it was 'malformed answer: no choices[0]...') */
+        snprintf(r->err, sizeof r->err, "the server answered %d with an error: %.400s", r->http, fail);
+        json_decref(o);
         return -1;
     }
     if (!json_is_object(msg)) {
@@ -825,15 +982,31 @@ static int on_json_answer(remote *r) {
 static int discover(remote *r, char *msg, size_t n) {
     r->err[0]   = 0;
     CURLcode rc = http(r, "/models", NULL, 20);
+    if (rc == CURLE_OK && (r->http == 404 || r->http == 405) && r->model)
+        return 0; /* no model list (some servers, proxies), and none needed: --model named it (each
+                   * start showed 'the server answered 404' for a chat that worked) */
     if (rc != CURLE_OK || r->http >= 300 || r->http == 0) {
-        describe_failure(r, rc, msg, n);
+        char why[1000];
+        describe_failure(r, rc, why, sizeof why);
+        if (rc == CURLE_OK && r->http >= 300) /* the line named no request, nor the way on */
+            snprintf(msg, n, "%.300s/models: %.800s%s", r->shown, why,
+                     r->http == 404 || r->http == 405
+                         ? " (is that the API base? a server without a model list needs --model NAME)"
+                         : "");
+        else
+            snprintf(msg, n, "%s", why);
         return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
     /* NUL allowed as everywhere else in a server's JSON: another model's id may hold one */
     json_error_t je;
     json_t      *o  = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
     json_t      *m0 = json_array_get(json_object_get(o, "data"), 0), *jid = json_object_get(m0, "id");
-    const char  *id = json_string_value(jid);
+    const char  *id = json_string_value(jid), *fail = failure_of(o);
+    if (fail) { /* status 200 with an error: that error (it was 'names no model: use --model') */
+        snprintf(msg, n, "%s/models answered %d with an error: %.400s", r->shown, r->http, fail);
+        json_decref(o);
+        return -1;
+    }
     if (!r->model && id && strlen(id) != json_string_length(jid)) {
         json_decref(o);
         snprintf(msg, n, "%s/models names a model whose id holds a NUL byte: use --model NAME", r->shown);
@@ -916,6 +1089,20 @@ static void record_settings(remote *r, const ue_gen *g) {
     k3_conv_set_settings(r->c, &set); /* only for the transcript: invalid values are the server's to judge */
 }
 
+/* Why the server ended the answer before the model did, from a finish_reason: NULL for the
+ * model's own ends (a stop, a length limit, tool calls, and the names other servers give them).
+ * An answer that a content filter or an abort cut looked complete: no line said why it stopped
+ * mid-sentence, and it was kept as whole. */
+static const char *cut_by_server(const char *f) {
+    static const char *own[] = {"",    "stop",      "length",       "tool_calls", "function_call",
+                                "eos", "eos_token", "stop_sequence"};
+    for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+        if (!strcmp(f, own[k]))
+            return NULL;
+    return !strcmp(f, "content_filter") ? "the server's content filter withheld the rest of the answer"
+                                        : "the server ended the answer before the model did";
+}
+
 /* Answer the history (which ends with a user message). retry: a /retry moved the answer to an
  * abandoned branch just before (k3.h); a failure that brought no text puts it back. */
 static void turn(remote *r, const ue_gen *g, int retry) {
@@ -951,7 +1138,8 @@ static void turn(remote *r, const ue_gen *g, int retry) {
         json_decref(name);
         failed = 1;
     } else {
-        rc = http(r, "/chat/completions", body, 0);
+        rc        = http(r, "/chat/completions", body, 0);
+        r->at_end = 1;
         if (rc == CURLE_OK && r->is_sse && r->line.n) /* a last line without its newline */
             on_line(r, r->line.p, r->line.n);
         if (rc == CURLE_OK && r->is_sse && r->data.n) /* a last event without its blank line */
@@ -964,7 +1152,9 @@ static void turn(remote *r, const ue_gen *g, int retry) {
             describe_failure(r, rc, msg, sizeof msg);
             failed = 1;
         } else if (!r->done && !r->finish[0]) {
-            if (r->n_events)
+            if (r->is_sse < 0) /* not one byte (it was called a stream without one 'data:' event) */
+                snprintf(msg, sizeof msg, "%s: the server answered %d with an empty body", r->shown, r->http);
+            else if (r->n_events)
                 snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
             else /* lines, but none of them "data:": JSON lines, say, not an event stream */
                 snprintf(msg, sizeof msg,
@@ -978,6 +1168,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
      * that a length finish cut (its arguments are no JSON object): the local engine keeps only
      * whole calls, and one cut would go back to the server in every later request */
     halves_end(r);
+    calls_show(r, 1); /* the calls that waited for an open box's call (calls_show) */
     box_close(r);
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
@@ -991,13 +1182,14 @@ static void turn(remote *r, const ue_gen *g, int retry) {
             failed = 1;
         }
     }
-    int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
+    int         cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
+    const char *early     = failed || cancelled ? NULL : cut_by_server(r->finish);
     if (r->think.n || r->resp.n || nt || (!failed && !cancelled)) {
         /* a reply cut short (Ctrl-C, a failure mid-stream) is marked, as the local engine does */
         k3_msg a = {.role         = K3_ROLE_ASSISTANT,
                     .content      = r->resp.p ? r->resp.p : "",
                     .reasoning    = g->think ? (r->think.p ? r->think.p : "") : NULL,
-                    .interrupted  = failed || cancelled,
+                    .interrupted  = failed || cancelled || early,
                     .tool_calls   = tc,
                     .n_tool_calls = nt};
         if (k3_conv_add_msg(r->c, &a) != K3_OK)
@@ -1032,6 +1224,9 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     k3_conv_autosave(r->c);
     ue_note_saved(r->u, r->c); /* before EV_DONE: a quit right after it sees the state */
     ev_push(r->u->out, &d);
+    if (early) /* the answer ended as an answer does, marked interrupted, with the reason */
+        ue_emitf(r->u, EV_ERROR, "%s: %s (finish_reason '%.31s'; /retry asks again)", r->shown, early,
+                 r->finish);
     if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
         ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept%s: /retry sends the message again)", msg,
                  retry ? ", with the previous answer" : "");
@@ -1143,10 +1338,31 @@ static int url_read(remote *r, const char *url, char *why, size_t n) {
     return rc != CURLUE_OK;
 }
 
+/* 1 when the URL's host is a loopback address or name: 127.0.0.0/8, ::1, the IPv4-mapped
+ * ::ffff:127.x.y.z, localhost and *.localhost. The host is libcurl's reading, the address it
+ * connects to ("127.1" is 127.0.0.1). */
+static int url_loopback(CURLU *url) {
+    char *host = NULL;
+    int   loop = 0;
+    if (curl_url_get(url, CURLUPART_HOST, &host, 0) == CURLUE_OK && host) {
+        char          h[256];
+        unsigned char ip[16];
+        size_t        k = strlen(host);
+        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
+        k                                 = strlen(h);
+        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+               (inet_pton(AF_INET6, h, ip) == 1 &&
+                (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
+    }
+    curl_free(host);
+    return loop;
+}
+
 /* What the URL sends in the clear, NULL if nothing: http:// to a host that is not a loopback
- * address or name carrying an API key, a password, or a user name alone (Basic authentication
- * with a key as the user, as some APIs take one); *host_out gets the host as shown. The host is
- * libcurl's reading, the address it connects to ("127.1" is 127.0.0.1). */
+ * one (r->loopback) carrying an API key, a password, or a user name alone (Basic authentication
+ * with a key as the user, as some APIs take one); *host_out gets the host as shown. */
 static const char *secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
     char       *sch = NULL, *host = NULL, *user = NULL, *pw = NULL;
     const char *what = NULL;
@@ -1155,18 +1371,7 @@ static const char *secret_in_clear(const remote *r, int has_key, char *host_out,
     curl_url_get(r->url, CURLUPART_USER, &user, 0);
     curl_url_get(r->url, CURLUPART_PASSWORD, &pw, 0);
     if (sch && host && !strcasecmp(sch, "http")) {
-        char          h[256];
-        unsigned char ip[16];
-        size_t        k = strlen(host);
-        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
-        k = strlen(h);
-        /* the IPv4-mapped ::ffff:127.x.y.z is 127.x.y.z */
-        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        int loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
-                   (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
-                   (inet_pton(AF_INET6, h, ip) == 1 &&
-                    (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
-        what = loop            ? NULL
+        what = r->loopback     ? NULL
                : has_key       ? "the API key"
                : pw && *pw     ? "the password in the URL"
                : user && *user ? "the user name in the URL"
@@ -1205,6 +1410,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         free(r);
         return -1;
     }
+    r->loopback = url_loopback(r->url);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);
     if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
