@@ -141,7 +141,10 @@ k3_status g_nomem(void); /* K3_ERR_NOMEM, "grammar: out of memory" */
  * refuses (g->meter->refused set: the compile stops, sc_finish says why). The arrays that grow as
  * it builds (nodes, edges, shares) charge the capacity each doubling adds, before it is taken;
  * g_finish its arrays and the scratch of its walks; a pattern's length counter its table. */
-int       g_charge(k3_grammar *g, size_t bytes);
+int g_charge(k3_grammar *g, size_t bytes);
+/* k3_grow of an array the compile of g builds (its own or a scratch one), the capacity it adds
+ * charged to g's meter first (NULL when the meter refuses or out of memory). */
+void     *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first);
 int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
 k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);

@@ -536,12 +536,13 @@ typedef struct dm_state {
 } dm_state;
 
 typedef struct dm {
-    dm_state *st; /* (n) states, freed ones in freel */
-    int       n, cap;
-    int32_t  *reg; /* (rcap) registered state + 1 by content, 0 empty */
-    int       rcap, nreg;
-    int32_t  *freel; /* (nfree) states replaced by a registered one, for reuse */
-    int       nfree, capfree;
+    dm_state   *st; /* (n) states, freed ones in freel */
+    int         n, cap;
+    int32_t    *reg; /* (rcap) registered state + 1 by content, 0 empty */
+    int         rcap, nreg;
+    int32_t    *freel; /* (nfree) states replaced by a registered one, for reuse */
+    int         nfree, capfree;
+    k3_grammar *g; /* the grammar being built: its meter is charged for D's arrays */
 } dm;
 
 static int dm_sym(char ch) {
@@ -564,7 +565,7 @@ static uint32_t dm_hash_at(const void *ctx, int i) {
 static int dm_new(dm *D) {
     int id = D->nfree ? D->freel[--D->nfree] : D->n;
     if (id == D->n) {
-        dm_state *ns = k3_grow(D->st, &D->cap, D->n + 1, sizeof *ns, 256);
+        dm_state *ns = g_grow(D->g, D->st, &D->cap, (size_t)D->n + 1, sizeof *ns, 256);
         if (!ns)
             return -1;
         D->st = ns, D->n++;
@@ -577,7 +578,7 @@ static int dm_new(dm *D) {
 /* The registered state equal to q (q itself, registered, when none is); -1 on out of memory. */
 static int dm_register(dm *D, int q) {
     if (2 * (D->nreg + 1) > D->rcap) { /* rebuild: list the registered ids after the free ones */
-        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + D->nreg, sizeof *l, 64);
+        int32_t *l = g_grow(D->g, D->freel, &D->capfree, (size_t)D->nfree + (size_t)D->nreg, sizeof *l, 64);
         if (!l)
             return -1;
         D->freel = l;
@@ -585,7 +586,8 @@ static int dm_register(dm *D, int q) {
             if (D->reg[i])
                 l[D->nfree + j++] = D->reg[i] - 1;
         int      cap = D->rcap ? 2 * D->rcap : 1024;
-        int32_t *h   = g_index_build(cap, D->nreg, dm_hash_at, D);
+        int32_t *h =
+            g_charge(D->g, (size_t)cap * sizeof *h) ? NULL : g_index_build(cap, D->nreg, dm_hash_at, D);
         if (!h)
             return -1;
         free(D->reg);
@@ -609,7 +611,7 @@ static int dm_fold(dm *D, int32_t *path, const char *w, int len, int keep) {
         if (r == q)
             continue;
         D->st[path[i - 1]].next[dm_sym(w[i - 1])] = r;
-        int32_t *l = k3_grow(D->freel, &D->capfree, D->nfree + 1, sizeof *l, 64);
+        int32_t *l = g_grow(D->g, D->freel, &D->capfree, (size_t)D->nfree + 1, sizeof *l, 64);
         if (!l)
             return -1;
         D->freel = l, l[D->nfree++] = q;
@@ -686,9 +688,11 @@ static k3_status dm_build(dm *D, g_text *t, size_t n, const char *path, int *roo
 /* D's states reachable from root as grammar nodes, root being from: a final state moves to `to`,
  * digits into one state are one byte range. */
 static k3_status dm_write(sc *c, const dm *D, int root, int from, int to) {
-    int32_t  *gid = k3_malloc((size_t)D->n * sizeof *gid), *stack = k3_malloc((size_t)D->n * sizeof *stack);
-    int       top = 0;
-    k3_status st  = gid && stack ? K3_OK : g_nomem();
+    int      charged = !g_charge(c->g, (size_t)D->n * 2 * sizeof(int32_t));
+    int32_t *gid     = charged ? k3_malloc((size_t)D->n * sizeof *gid) : NULL,
+            *stack   = charged ? k3_malloc((size_t)D->n * sizeof *stack) : NULL;
+    int       top    = 0;
+    k3_status st     = gid && stack ? K3_OK : g_nomem();
     for (int i = 0; !st && i < D->n; i++)
         gid[i] = -1;
     if (!st)
@@ -734,8 +738,9 @@ static k3_status emit_listed(sc *c, const jv *s, const char *path, long long lo,
                            "the ones both readings take are written only between a minimum and a maximum "
                            "holding at most 1,048,576 multiples, each checked; an integer or a fraction over "
                            "a power of 2 (0.5, 0.25, 0.125) is written without them");
-    g_text   *t = k3_malloc((size_t)(x1 - x0 + 1) * sizeof *t);
-    dm        D = {0};
+    size_t    nt = (size_t)(x1 - x0 + 1);
+    g_text   *t  = g_charge(c->g, nt * sizeof *t) ? NULL : k3_malloc(nt * sizeof *t);
+    dm        D  = {.g = c->g};
     int       root;
     k3_status st;
     if (!t)

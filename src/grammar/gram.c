@@ -53,9 +53,7 @@ int g_charge(k3_grammar *g, size_t bytes) {
     return 0;
 }
 
-/* k3_grow of an array of the grammar being built, the capacity it adds charged to the meter first
- * (NULL when the meter refuses). */
-static void *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first) {
+void *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first) {
     size_t c = *cap > 0 ? (size_t)*cap : (size_t)first;
     while (c < need)
         c *= 2; /* k3_grow's doubling (its bound, INT_MAX, is past G_MAX_NODES and G_MAX_EDGES) */
