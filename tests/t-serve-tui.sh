@@ -76,6 +76,10 @@ tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --thi
 wait_for "tiny-remote" 10
 type_line "once upon a time"
 check "a long remote answer streams" wait_for "── response" 20
+# the pane opens as the turn starts: on a loaded machine the request may not have reached the
+# server yet, and a Ctrl-C then ends it before the server has anything to cancel
+joined3() { [ "$(grep -c 'joins slot' "$K3_TMP/serve.log")" -ge 3 ]; }
+check "the server generates it" wait_until "the server's third 'joins slot'" 20 joined3
 keys C-c
 check "Ctrl-C stops it" wait_for "[stopped]" 10
 check "and the server cancels the generation" wait_until "'cancelled' in the server's log" 5 grep -q "cancelled" "$K3_TMP/serve.log"

@@ -168,8 +168,15 @@ if command -v tmux >/dev/null; then
     # and the prompt never came back. Ctrl-C now gives it back, saying why; the command's result
     # shows once it ends, and a message typed meanwhile is answered after it.
     mkfifo "$K3_TMP/fifo"
+    # loaded_first: a message answered first, so the engine is ready (while the model loads, a
+    # Ctrl-C in the wait says so instead: "the model is still loading", a loaded machine's case)
+    loaded_first() {
+        wait_until "the line-mode prompt" 5 on_screen '^>'
+        $tm send-keys -l "$1"; $tm send-keys Enter
+        wait_until "'answer to $1'" 5 on_screen "^answer to $1"
+    }
     plain_tm k3plainfifo "$m"
-    wait_until "the line-mode prompt" 5 on_screen '^>'
+    loaded_first first
     exec 7<>"$K3_TMP/fifo" # a writer (after the tmux server started: it does not hold fd 7)
     # cooked: libedit has returned the line and k3chat waits for the worker (a Ctrl-C typed
     # while libedit still reads is a key, not a signal)
@@ -189,7 +196,7 @@ if command -v tmux >/dev/null; then
     check "... and k3chat quits with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
     # a quit while the command still blocks: said, and Ctrl-C then quits without the worker
     plain_tm k3plainfifo2 "$m"
-    wait_until "the line-mode prompt" 5 on_screen '^>'
+    loaded_first second
     exec 7<>"$K3_TMP/fifo"
     $tm send-keys -l "/load $K3_TMP/fifo"; $tm send-keys Enter
     wait_until "the terminal cooked (k3chat waits for the /load)" 5 cooked
