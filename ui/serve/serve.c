@@ -156,6 +156,7 @@ typedef struct job {
     int         gram_over;         /* cancelled: its grammar took the total past the budget */
     char        err_type[32], err_code[40];
     char        err[600];
+    const char *err_param; /* the request field at fault (error.param), NULL: none */
     struct job *next;
 } job;
 
@@ -886,9 +887,10 @@ static void job_finish(slot *sl, job *j, k3_status st) {
                         j->cut ? "another choice of the request failed" : "the client disconnected");
     } else if (st == K3_ERR_CONTEXT) {
         char m[600];
-        snprintf(m, sizeof m, "%s", k3_errmsg());
+        snprintf(m, sizeof m, "messages: %s", k3_errmsg());
         m[strcspn(m, ";")] = 0; /* the conversation's advice is for the chat, not for a client */
         job_fail_locked(j, 400, "invalid_request_error", "context_length_exceeded", m);
+        j->err_param = "messages"; /* OpenAI's param for a prompt over the context (it was null) */
     } else if (!last && (st == K3_ERR_ARG || st == K3_ERR_NOMEM)) { /* setting the turn up */
         job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500,
                         st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
@@ -1164,8 +1166,8 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
     const job *f = group_failed(g);
     json_t    *o = NULL;
     if (f) /* failed mid-stream */
-        o = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
-                      "code", f->err_code);
+        o = json_pack("{s:{s:s,s:s,s:s?,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
+                      f->err_param, "code", f->err_code);
     else if (g->j[0]->r->include_usage) {
         o = answer_obj(g->j[0], "chat.completion.chunk");
         json_object_set_new(o, "choices", json_array());
@@ -1472,8 +1474,9 @@ static void chat_completions(http_req *con) {
             g.j[i]->fd = -1;
     const job *f = g.gone ? NULL : group_failed(&g);
     if (g.gone || (f && !streams)) {
-        char     type[32], ecode[40], msg[600];
-        unsigned code = f ? (f->http == 499 ? 503 : (unsigned)f->http) : 0;
+        char        type[32], ecode[40], msg[600];
+        unsigned    code  = f ? (f->http == 499 ? 503 : (unsigned)f->http) : 0;
+        const char *param = f ? f->err_param : NULL; /* a literal: outlives the job */
         if (f) {
             snprintf(type, sizeof type, "%s", f->err_type);
             snprintf(ecode, sizeof ecode, "%s", f->err_code);
@@ -1483,7 +1486,7 @@ static void chat_completions(http_req *con) {
             job_unref_locked(g.j[i]);
         pthread_mutex_unlock(&srv.mu);
         if (f)
-            send_error(con, code, type, ecode, msg);
+            send_text(con, code, http_error_json(type, ecode, param, msg), NULL);
         else
             con->failed = 1; /* the client is gone: close */
         return;
