@@ -238,7 +238,7 @@ fuzz-build:
 	  if [ ! -x $(FUZZ_B)/fuzz/$$n ] || [ $$f -nt $(FUZZ_B)/fuzz/$$n ] || [ $(FUZZ_B)/libk3.a -nt $(FUZZ_B)/fuzz/$$n ] \
 	     || [ $(FUZZ_B)/libk3ui.a -nt $(FUZZ_B)/fuzz/$$n ]; then \
 	    echo "  FUZZ    $$n"; \
-	    clang -std=c11 -D_GNU_SOURCE -gline-tables-only -O1 -fsanitize=fuzzer,address,undefined $(call incs,tests/fuzz/x.c) \
+	    clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror -gline-tables-only -O1 -fsanitize=fuzzer,address,undefined $(call incs,tests/fuzz/x.c) \
 	      $(PKG_CFLAGS) -DK3_VK=$(VK) $$f -o $(FUZZ_B)/fuzz/$$n $(FUZZ_B)/libk3ui.a $(FUZZ_B)/libk3.a \
 	      -fopenmp -pthread $(LDLIBS) || exit 1; fi; done
 

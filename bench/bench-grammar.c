@@ -164,7 +164,7 @@ static int anyof_rounds(const k3_gvocab *v) {
         k3_gmatch  *sm   = NULL;
         uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
         one[r]           = 0;
-        if (mask && !k3_grammar_json_schema(v, "{\"type\":\"string\"}", 17, &sg)) {
+        if (mask && !k3_grammar_json_schema(v, "{\"type\":\"string\"}", 17, NULL, &sg)) {
             if (!k3_gmatch_new(sg, &sm) && !k3_gmatch_accept_bytes(sm, "\"", 1)) {
                 double t0 = now();
                 k3_gmatch_mask(sm, mask);
@@ -182,7 +182,7 @@ static int anyof_rounds(const k3_gvocab *v) {
                 k3_grammar *g;
                 int         nt  = 0;
                 double      sum = 0;
-                if (k3_grammar_json_schema(v, s[x].p, s[x].n, &g)) {
+                if (k3_grammar_json_schema(v, s[x].p, s[x].n, NULL, &g)) {
                     fprintf(stderr, "bench grammar: the anyOf schema: %s\n", k3_errmsg());
                     goto out;
                 }
@@ -278,7 +278,7 @@ int bench_grammar(void) {
         if (nl)
             *nl = 0;
         double a = now();
-        if (k3_grammar_json_schema(v, l, strlen(l), &gs[ng])) {
+        if (k3_grammar_json_schema(v, l, strlen(l), NULL, &gs[ng])) {
             fprintf(stderr, "bench grammar: corpus schema %d: %s\n", ng + 1, k3_errmsg());
             goto done;
         }
@@ -301,7 +301,7 @@ int bench_grammar(void) {
         for (int r = 0; r < 5; r++) {
             k3_grammar *g;
             double      a = now();
-            if (k3_grammar_json_schema(v, big, n, &g)) {
+            if (k3_grammar_json_schema(v, big, n, NULL, &g)) {
                 fprintf(stderr, "bench grammar: the 10 KB schema: %s\n", k3_errmsg());
                 free(big);
                 goto done;
@@ -350,7 +350,7 @@ int bench_grammar(void) {
                                  "\"minLength\":300,\"maxLength\":1000}},\"required\":[\"text\"]}";
         k3_grammar       *g;
         int               no = 0;
-        if (!k3_grammar_json_schema(v, lg, sizeof lg - 1, &g)) {
+        if (!k3_grammar_json_schema(v, lg, sizeof lg - 1, NULL, &g)) {
             for (uint64_t seed = 1; seed <= 4; seed++)
                 walk(g, v, seed, t, &no);
             double p99 = pct(t, no, 0.99);
@@ -364,8 +364,8 @@ int bench_grammar(void) {
             "{\"type\":\"string\",\"pattern\":\"\\\\d{3}\",\"minLength\":50,\"maxLength\":200}"};
         k3_grammar *g[2] = {NULL, NULL};
         int         no   = 0;
-        if (!k3_grammar_json_schema(v, pl[0], strlen(pl[0]), &g[0]) &&
-            !k3_grammar_json_schema(v, pl[1], strlen(pl[1]), &g[1])) {
+        if (!k3_grammar_json_schema(v, pl[0], strlen(pl[0]), NULL, &g[0]) &&
+            !k3_grammar_json_schema(v, pl[1], strlen(pl[1]), NULL, &g[1])) {
             for (int round = 0; round < 2; round++, no = 0) {
                 for (int k = 0; k < 2; k++)
                     for (uint64_t seed = 1; seed <= 4; seed++)
@@ -393,7 +393,7 @@ int bench_grammar(void) {
         k3_grammar *g;
         int         no = 0;
         double      a  = now();
-        if (!k3_grammar_tool_calls(v, tools, NULL, 8, 0, &g)) {
+        if (!k3_grammar_tool_calls(v, tools, NULL, 8, 0, NULL, &g)) {
             double ctool = 1e3 * (now() - a);
             walk(g, v, 7, t, &no);
             double cold = pct(t, no, 0.5);
@@ -415,7 +415,7 @@ int bench_grammar(void) {
         for (int i = 0; i < 5000; i++)
             k3_buf_printf(&e, "%s\"item%05d\"", i ? "," : "", i);
         k3_buf_add(&e, "]}", 2);
-        if (!e.oom && !k3_grammar_json_schema(v, e.p, e.n, &g)) {
+        if (!e.oom && !k3_grammar_json_schema(v, e.p, e.n, NULL, &g)) {
             walk(g, v, 3, t, &no);
             double p99 = pct(t, no, 0.99);
             bench_report("grammar_mask_enum_cold_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");

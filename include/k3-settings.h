@@ -79,6 +79,8 @@
       "requests --serve generates at once")                                                                  \
     X(SERVE_QUEUE, INT, 0, 100000, 32, NULL, "N", "K3_SERVE_QUEUE", NULL, NULL, NULL,                        \
       "requests --serve keeps waiting for a slot")                                                           \
+    X(SERVE_SHARE, INT, 1, 100000, 16, NULL, "N", "K3_SERVE_SHARE", NULL, NULL, NULL,                        \
+      "choices a client address may hold in --serve once its queue is full")                                 \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
     X(SERVE_GRAMMAR_MB, INT, 0, 1048576, 0, NULL, "MB", "K3_SERVE_GRAMMAR_MB", NULL, NULL, NULL,             \
@@ -184,6 +186,8 @@
       "milliseconds each layer of a prefill pass waits (tests)")                                             \
     X(TEST_DECODE_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_DECODE_DELAY", NULL, NULL, NULL,             \
       "milliseconds each decoded token waits (tests)")                                                       \
+    X(TEST_NAN_TOKEN, INT, 0, 16777216, NAN, NULL, "ID", "K3_TEST_NAN_TOKEN", NULL, NULL, NULL,              \
+      "a session fed this token id gets a NaN hidden state (tests)")                                         \
     X(TEST_WINDOW_MAX, INT, 0, 16777216, 0, NULL, "N", "K3_TEST_WINDOW_MAX", NULL, NULL, NULL,               \
       "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \

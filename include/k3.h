@@ -572,17 +572,34 @@ typedef struct k3_gmatch  k3_gmatch;  /* one output's position in a grammar (one
 k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvocab **out);
 void      k3_gvocab_free(k3_gvocab *v);
 int32_t   k3_gvocab_words(const k3_gvocab *v); /* uint64_t words of a mask */
-/* Compile a JSON Schema (len bytes of JSON). Errors: K3_ERR_ARG (not JSON, a malformed keyword,
- * a schema no document satisfies), K3_ERR_UNSUPPORTED naming the keyword and its JSON path. */
-k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out);
+/* A compile's memory meter, for a caller that bounds the memory of compiles running at once (the
+ * server's grammar budget) while they run. The compile counts the bytes it builds (its automaton
+ * and the work arrays its last steps add beside it: an upper bound of its peak, which a free does
+ * not lower) in used, and asks charge(ud, K3_GMETER_STEP) each time used passes granted (the sum
+ * of the steps charge allowed); a nonzero answer stops it: K3_ERR_NOMEM naming the megabytes it was
+ * granted, refused 1. The granted bytes stay the caller's to give back (once the grammar is built
+ * k3_grammar_bytes tells what it holds). Set charge and ud, the rest 0. */
+typedef struct k3_gmeter {
+    int (*charge)(void *ud, size_t n);
+    void  *ud;
+    size_t used, granted;
+    int    refused;
+} k3_gmeter;
+#define K3_GMETER_STEP ((size_t)1 << 20)
+/* Compile a JSON Schema (len bytes of JSON); m: its meter (NULL: the compile limits alone).
+ * Errors: K3_ERR_ARG (not JSON, a malformed keyword, a schema no document satisfies),
+ * K3_ERR_UNSUPPORTED naming the keyword and its JSON path, K3_ERR_NOMEM (m refused). */
+k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_gmeter *m,
+                                 k3_grammar **out);
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out);
 /* The K3 tool-call format (k3-tools.md 1.3) for tools (the request's JSON array) from the
  * response channel on: only: the one tool allowed (a named tool_choice), NULL: any; max_calls:
  * calls in the block (1 for parallel_tool_calls false); text: 1 = an answer without calls is
  * allowed too (tool_choice auto), 0 = at least one call (required or named). Each call's
- * arguments follow its parameters' properties (one type each; K3_ERR_UNSUPPORTED otherwise). */
+ * arguments follow its parameters' properties (one type each; K3_ERR_UNSUPPORTED otherwise).
+ * m: its meter, as k3_grammar_json_schema's. */
 k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
-                                int text, k3_grammar **out);
+                                int text, k3_gmeter *m, k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
 /* Fills every node's mask cache now (otherwise each is filled on its first visit). */

@@ -280,3 +280,55 @@ printf 'x' >"$K3_TMP/datafile"
 printf 'hi\nho\n' | XDG_DATA_HOME="$K3_TMP/datafile" "$k" "$M" --think off --max-tokens 2 >/dev/null 2>"$K3_TMP/e29d"
 t "29: a failing autosave is reported once per turn, in one wording ($(grep -c autosave "$K3_TMP/e29d") lines)" \
     '[ "$(grep -c "autosave" "$K3_TMP/e29d")" -eq 2 ]'
+
+# ---- 30. two k3chat processes and one autosave file: B loads A's autosave while A is still
+# running and /save's onto it; A's next turn was appended after B's conversation there (a mix of
+# two conversations, A's first turn in no file of A's). Now A says so and goes on in a new file,
+# and the file stays as B saved it.
+fresh
+rm -f "$K3_TMP/a30"
+mkfifo "$K3_TMP/a30"
+"$k" "$M" --think off --max-tokens 4 <"$K3_TMP/a30" >/dev/null 2>"$K3_TMP/e30a" &
+pa=$!
+exec 7>"$K3_TMP/a30"
+printf 'What is 1 + 1?\n' >&7
+wait_until "A's first autosave" 60 sh -c 'grep -qs "\"role\":\"assistant\"" "$0"/k3chat/*.jsonl' "$XDG_DATA_HOME"
+f30=$(ls "$XDG_DATA_HOME"/k3chat/*.jsonl)
+printf 'What is 2 + 2?\n/save %s\n' "$f30" | "$k" "$M" --think off --max-tokens 4 --load "$f30" >/dev/null 2>"$K3_TMP/e30b"
+cp "$f30" "$K3_TMP/b30.jsonl"
+printf 'What is 3 + 3?\n' >&7
+exec 7>&-
+wait $pa
+a30=$(grep -l "3 + 3" "$XDG_DATA_HOME"/k3chat/*.jsonl)
+t "30: B's /save onto A's autosave worked" 'grep -q "saved 4 messages to $f30" "$K3_TMP/e30b"'
+t "30: A's next turn leaves that file as B saved it" 'cmp -s "$f30" "$K3_TMP/b30.jsonl"'
+t "30: A says so, naming the file and the new one" \
+    'grep -q "autosave: $f30 was changed by another program .* autosaved whole in $a30" "$K3_TMP/e30a"'
+t "30: A's new file holds A's whole conversation, none of B's" \
+    '[ "$(echo "$a30" | wc -l)" -eq 1 ] && [ "$a30" != "$f30" ] && grep -q "1 + 1" "$a30" && ! grep -q "2 + 2" "$a30"'
+
+# ---- 31. /save without a name that fails (here a file size limit, as a full disk would) left
+# the empty file that claimed its name in the transcripts folder, a file that does not load
+fresh
+(
+    trap '' XFSZ
+    ulimit -f 1
+    printf 'Count the letters: %02000d\n/save\n' 0 | "$k" "$M" --think off --max-tokens 4 2>&1 >/dev/null
+) | cat >"$K3_TMP/e31" # (stderr through a pipe: a file of its own would be under the limit too)
+t "31: the failed /save is reported" 'grep -q "^k3chat: /save: .*/transcripts/chat-.*File too large" "$K3_TMP/e31"'
+t "31: and leaves no empty file behind ($(ls "$XDG_DATA_HOME"/k3chat/transcripts 2>&1 | head -c 80))" \
+    '[ -d "$XDG_DATA_HOME"/k3chat/transcripts ] && [ -z "$(ls "$XDG_DATA_HOME"/k3chat/transcripts)" ]'
+
+# ---- 32. a transcript made with another model configuration: --load and /load said nothing
+# (only --replay did, on a line of its own), though its token_ids and answers are another
+# model's; now the load's notes say so, with both config.json fingerprints, in every mode
+tiny_model "$K3_TMP/tiny32" 3
+printf 'What is 1 + 1?\n/save %s/n32.jsonl\n' "$K3_TMP" | "$k" "$M" --think off --max-tokens 4 >/dev/null 2>&1
+printf '/load %s/n32.jsonl\n' "$K3_TMP" | "$k" "$K3_TMP/tiny32" --load "$K3_TMP/n32.jsonl" >/dev/null 2>"$K3_TMP/e32"
+"$k" "$K3_TMP/tiny32" --temp 0 --max-tokens 2 --replay "$K3_TMP/n32.jsonl" >"$K3_TMP/o32" 2>/dev/null
+t "32: --load and /load say the transcript is another model configuration's" \
+    '[ "$(grep -c "loaded 2 messages from .*n32.jsonl (made with another model configuration: config.json fingerprint [0-9a-f]\{16\}, this model.s [0-9a-f]\{16\})" "$K3_TMP/e32")" -eq 2 ]'
+t "32: --replay says it among its notes" \
+    'grep -q "^replay: .*n32.jsonl: made with another model configuration: config.json fingerprint" "$K3_TMP/o32"'
+printf 'hi\n/save %s/same32.jsonl\n' "$K3_TMP" | "$k" "$M" --think off --max-tokens 2 --load "$K3_TMP/n32.jsonl" >/dev/null 2>"$K3_TMP/e32b"
+t "32: the same model's transcript gets no such note" '! grep -q "another model" "$K3_TMP/e32b"'

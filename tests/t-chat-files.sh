@@ -62,6 +62,15 @@ say "hi\n/save $d/dir\n/save --force $d/dir/\n/export --force $d/dir\n"
 t "/save and /export of a directory, --force or not: refused, naming a file in it, the directory untouched" \
     '[ "$(grep -c "$d/dir/* is a directory; nothing was written (name a file in it: /[a-z]* $d/dir/NAME\.[jm]" "$K3_TMP/err")" -eq 3 ] &&
      ! grep -q "rename\|--force $d/dir" "$K3_TMP/err" && [ -d "$d/dir" ] && [ -z "$(ls -A "$d/dir")" ]'
+# a device (a copy of /dev/full's node, made where root may): refused even with --force; the
+# rename put a regular file in place of the node (as root, /dev/full itself would go)
+if mknod "$d/full" c 1 7 2>/dev/null; then
+    say "hi\n/save --force $d/full\n/export --force $d/full\n"
+    t "/save and /export --force of a device: refused, the node left as it was" \
+        '[ "$(grep -c "$d/full is a device; nothing was written, --force or not" "$K3_TMP/err")" -eq 2 ] && [ -c "$d/full" ]'
+else
+    echo "SKIP: a device node cannot be made here (not root)"
+fi
 : >"$d/empty.jsonl"
 say "hi\n/save $d/empty.jsonl\n"
 t "an empty file is replaced (nothing is lost)" 'grep -q "\"hi\"" "$d/empty.jsonl"'

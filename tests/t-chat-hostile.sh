@@ -80,6 +80,25 @@ printf 'hi\n' | K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain >/dev
 check "K3_ENDPOINT_IDLE_SECS=0 is refused at start, that error alone" \
     grep -qx "k3chat: K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" "$K3_TMP/err1z"
 check "... and no other line ($(cat "$K3_TMP/err1z"))" [ "$(wc -l <"$K3_TMP/err1z")" -eq 1 ]
+# the full-screen chat after that failure: a message sent said "no model is loaded, so nothing
+# can answer" (no model was to be loaded) and the message was gone. Now it names the connection
+# (not its URL: a password may be in it) and the error, says what to do, and the message is back
+# in the input line
+tui_start 120 30 K3_ENDPOINT_IDLE_SECS=0 -- "$K3CHAT --endpoint $ep; echo EXIT=\$?; sleep 60"
+wait_for "is not an integer in 1..86400" 10
+type_line "my question"
+check "--endpoint failed at start, full screen: a message sent names the connection and the error" \
+    wait_for "nothing can answer: the --endpoint connection did not start (K3_ENDPOINT_IDLE_SECS" 10
+check "... says what to do" has "quit (Ctrl-D) and start k3chat again"
+check "... the message is back in the input line" wait_input "my question" 5
+check "... the status bar names no model" has "remote: did not start"
+keys C-u
+type_line "/save $K3_TMP/fz.jsonl"
+check "... a command says the engine did not start, and why" \
+    wait_for "not done: the engine did not start (K3_ENDPOINT_IDLE_SECS" 10
+check "... nowhere 'no model is loaded'" hasnt "no model"
+keys C-d
+check "... and Ctrl-D quits with 1" wait_for "EXIT=1" 10
 
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes

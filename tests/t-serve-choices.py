@@ -18,6 +18,8 @@
 #     its share of 16 choices: its extra request is answered 429 client_share naming the share
 #     (refused, or giving way to the other's, whichever came first), the other client's request
 #     waits in the queue and is answered once the stream ends;
+#   - the share is K3_SERVE_SHARE (it was the constant 16): with 2, an address's third choice once
+#     the queue is full is a 429 naming the share and the setting; 0 is refused at start;
 #   - the slots take turns between client addresses: a request from B that comes while A's n 16
 #     choices wait joins the next slot free while A runs another (it waited for all 16);
 #   - the body is parsed once for a request's n choices (each choice parsed it again: n 16 with a
@@ -30,6 +32,8 @@
 import json
 import os
 import re
+import socket
+import subprocess
 import time
 
 import threading
@@ -250,6 +254,42 @@ out.stream = by;
         ok(srv4.poll() is None, "the server is still up")
         srv4.kill()
         srv4.wait()
+    # ---- the share is a setting (K3_SERVE_SHARE; it was the constant 16): with a share of 2, A's
+    # stream holds the slot and A's and B's requests fill the queue of 2; A's next request would
+    # hold 3 and gets 429 client_share naming the share of 2 and the setting (with 16 it was a 503
+    # queue_full); a share of 0 is refused at start, naming the variable
+    srv5, port5, log5 = start("share2", "--parallel", "1", K3_SERVE_QUEUE="2", K3_SERVE_SHARE="2", K3_MAXT="65536",
+                              K3_SERVE_SCRIPT=hold)
+    ok(port5 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=2 and K3_SERVE_SHARE=2 starts")
+    if port5:
+        a, first = open_stream(port5, json.dumps(body(1, tokens=60000, stream=True)), src="127.0.0.2")
+        ok(b"data: " in first, "client A's stream holds the slot")
+        waiting = []
+        for ip in ("127.0.0.2", "127.0.0.3"):  # one queued request each (the queue then full)
+            n0 = read_text(log5).count(" queued: ")
+            s5 = socket.create_connection(("127.0.0.1", port5), timeout=30, source_address=(ip, 0))
+            s5.sendall(req("POST", "/v1/chat/completions", json.dumps(body(1, tokens=3)).encode()))
+            waiting.append(s5)
+            wait_for(lambda: read_text(log5).count(" queued: ") > n0, 60)
+        out, _ = exchange(port5, req("POST", "/v1/chat/completions", json.dumps(body(1, tokens=3)).encode()),
+                          src="127.0.0.2", timeout=60)
+        st, hd, b = final(out)
+        try:
+            e = json.loads(b)["error"]
+        except (ValueError, KeyError, TypeError):
+            e = {}
+        ok(st == 429 and e.get("code") == "client_share" and "share of 2 (K3_SERVE_SHARE)" in e.get("message", ""),
+           "A's third choice, the queue full: 429 client_share naming its share of 2 and K3_SERVE_SHARE (%d %r)"
+           % (st, b[:300]))
+        a.close()
+        for s5 in waiting:
+            s5.close()
+        srv5.kill()
+        srv5.wait()
+    bad = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, K3_SERVE_SHARE="0"),
+                         capture_output=True, timeout=60)
+    ok(bad.returncode == 2 and b"K3_SERVE_SHARE" in bad.stderr,
+       "K3_SERVE_SHARE=0 is refused at start naming it (%d %r)" % (bad.returncode, bad.stderr[-200:]))
     # ---- admission takes turns between addresses: A's stream of n 16 on --parallel 2 (300 tokens a
     # choice), then B's request: B joins a slot as soon as one frees while A runs another choice,
     # ahead of A's later choices (it joined after all 16 of them, arrival order)

@@ -4,14 +4,17 @@
 # one waits, the seven others get 503 grammar_budget naming the figures and the setting (before,
 # all eight waited, each holding its grammar: ~360 MB), and the server's RSS stays within the
 # budget plus a margin (its peak); a schema whose grammar alone passes the budget is a 400
-# grammar_too_large; two small-schema requests wait too. Once the stream's client leaves, the
+# grammar_too_large once it is alone (503 grammar_budget beside the queued one: its compile stops at
+# what that one leaves); two small-schema requests wait too. Once the stream's client leaves, the
 # waiting ones get their answers (scripted: "{}"), and with the grammars freed a large one is
 # answered again. Then a running answer whose grammar grows past a budget of 1 MB is cancelled
-# (503 grammar_budget), and with the variable unset the budget is derived from the machine's
+# (503 grammar_budget); four compiles at once under a budget of 16 MB stop at it, the server's
+# peak RSS within the budget plus a margin, and with the variable unset the budget is derived from the machine's
 # memory or the process's cgroup limit (faked by K3_TEST_CGROUP), the smaller. The servers run on 127.0.0.1 with a kernel-picked port and are always killed; every
 # wait is bounded.
 import json
 import os
+import re
 import threading
 
 import serve_lib
@@ -84,11 +87,13 @@ try:
     else:
         ok(rss1 - rss0 < (BUDGET + 64) * 1024, "server's peak RSS within the budget + 64 MB with the large "
            "schemas queued: %d kB -> %d kB" % (rss0, rss1))
-    alone = serve_lib.post_chat(port, body("alone", strings(9)), 120)
-    ok(alone[0] == 400 and err(alone).get("code") == "grammar_too_large" and
-       "K3_SERVE_GRAMMAR_MB=%d" % BUDGET in err(alone).get("message", ""),
-       "a schema whose grammar alone passes the budget: 400 grammar_too_large (%d %s)"
-       % (alone[0], err(alone).get("message")))
+    # beside the one queued (45 MB held), a schema twice its size stops compiling at the budget:
+    # 503, the server is busy (alone it would not fit either: below)
+    beside = serve_lib.post_chat(port, body("beside", strings(9)), 120)
+    ok(beside[0] == 503 and err(beside).get("code") == "grammar_budget" and
+       "while it was compiled" in err(beside).get("message", ""),
+       "a schema whose compile passes what the held grammars leave: 503 grammar_budget (%d %s)"
+       % (beside[0], err(beside).get("message")))
     s.close()  # the stream's client leaves: the waiting ones run
     for t in ths:
         t.join(300)
@@ -100,9 +105,50 @@ try:
     again = [serve_lib.post_chat(port, body("again %d" % i, strings(5)), 120) for i in range(2)]
     ok(all(answer(r) == "{}" for r in again), "their grammars freed, large schemas are answered again (%s)"
        % [r[0] for r in again])
+    alone = serve_lib.post_chat(port, body("alone", strings(9)), 120)
+    ok(alone[0] == 400 and err(alone).get("code") == "grammar_too_large" and
+       "K3_SERVE_GRAMMAR_MB=%d" % BUDGET in err(alone).get("message", "") and
+       "while it was compiled" in err(alone).get("message", ""),
+       "a schema whose grammar alone passes the budget: 400 grammar_too_large, stopped while it was compiled "
+       "(%d %s)" % (alone[0], err(alone).get("message")))
     ok("503: grammar budget" in serve_lib.read_text(log), "the refusals are logged")
     ok("Sanitizer" not in serve_lib.read_text(log) and "runtime error" not in serve_lib.read_text(log),
        "no sanitizer or runtime error report")
+    serve_lib.kill_all(procs)
+
+    # Compiles are inside the budget while they run: with a budget of 16 MB, four requests at once
+    # whose schemas compile to ~68 MB each (the request bodies parsed at once: SERVE_PARSING) each
+    # stop where the total would pass 16 MB, refused (400 grammar_too_large, or 503 grammar_budget
+    # when the others' compiles held part of it) "while it was compiled", and the server's peak RSS
+    # grows by less than the budget plus 48 MB. Before, each compile ran to its end before its
+    # grammar was counted: ~270 MB at once (the peak RSS grew by that), every one refused only then.
+    srv, port, log = serve_lib.start_server(K3, M, T, env, procs, "compiles", ["--serve", "127.0.0.1:0"],
+                                            K3_SERVE_GRAMMAR_MB="16")
+    ok(port is not None, "a server with K3_SERVE_GRAMMAR_MB=16 starts")
+    warm = serve_lib.post_chat(port, body("warm", {"type": "object", "properties": {"n": {"type": "integer"}}}), 120)
+    rss0 = serve_lib.rss_kb(srv.pid, "VmHWM")
+    res, ths = {}, []
+    for i in range(4):
+        ths.append(threading.Thread(target=lambda i=i: res.update({i: serve_lib.post_chat(port, body("c%d" % i, strings(9)), 300)})))
+        ths[-1].start()
+    for t in ths:
+        t.join(300)
+    rss1 = serve_lib.rss_kb(srv.pid, "VmHWM")
+    ok(warm[0] == 200 and len(res) == 4 and
+       all(r[0] in (400, 503) and err(r).get("code") in ("grammar_too_large", "grammar_budget") and
+           "while it was compiled" in err(r).get("message", "") and "K3_SERVE_GRAMMAR_MB=16" in err(r).get("message", "")
+           for r in res.values()),
+       "four ~68 MB compiles at once under a 16 MB budget: each refused while it was compiled (%s)"
+       % sorted((r[0], err(r).get("message")) for r in res.values()))
+    took = [re.search(r"over (\d+\.\d) MB while it was compiled", err(r).get("message", "")) for r in res.values()]
+    ok(all(t and 0 < float(t.group(1)) <= 17 for t in took),
+       "each names what its compile took, above 0 (one stopped at its first step said 'over 0 MB') and within "
+       "the budget's (%s)" % [t.group(1) if t else None for t in took])
+    if ASAN:
+        print("SKIP: server RSS under AddressSanitizer (its quarantine keeps freed memory): %d kB -> %d kB" % (rss0, rss1))
+    else:
+        ok(rss1 - rss0 < (16 + 48) * 1024, "the server's peak RSS with four large compiles at once grew by less "
+           "than the budget + 48 MB: %d kB -> %d kB" % (rss0, rss1))
     serve_lib.kill_all(procs)
 
     # A running answer whose grammar's memory grows past the budget is cancelled: with a budget of

@@ -1,7 +1,7 @@
 #!/bin/sh
 # t-tui-edges.sh: the full-screen chat's rough edges found by a new user (issue 26), on the mock
 # engine in tmux: errors at the start of a turn stay visible (6), Ctrl-Home/Ctrl-End (11),
-# input ignored while the terminal is too small (17), an unknown TERM falls back to line mode
+# what is typed while the terminal is too small kept (17), an unknown TERM falls back to line mode
 # (18), the scroll hint on a row of its own (25), the hidden-reasoning header (26), small screens
 # wrap (28), Tab lists every candidate (22), and notices around /retry and /clear (31).
 # One section per item; each check names its item.
@@ -41,17 +41,41 @@ sleep 0.3
 check "item 31: the save's notice is not in the new, empty conversation" hasnt "saved 2 messages to $K3_TMP/t31"
 keys C-d; wait_for "EXIT=0" 5
 
-# --- item 17: nothing is typed or sent while "Terminal too small" shows -----------------------
+# --- item 17: what is typed while "Terminal too small" shows is kept ------------------------
+# Typing and editing go into the draft (its end shows under the notice); Enter, whose message or
+# command could not be seen, waits with the keys after it until the window is large enough. Keys
+# typed there were dropped: a message typed at a small window was lost.
 run_mock 80 24 "$m31"
 wait_for "mock · 3 layers" 10
 $T resize-window -x 39 -y 11
 wait_for "Terminal too small" 5
-keys -l "typed while small"; keys Enter
-sleep 0.5
+keys -l "typed while smal"; keys BSpace; keys -l "ll"; keys Left Left; keys -l "x"; keys Right Right
+check "item 17: the draft typed and edited while too small shows under the notice" \
+    wait_until "the draft's line" 5 sh -c "$T capture-pane -p | tr '\n' ' ' | grep -q 'Draft: typed while smaxll'"
+keys BSpace BSpace BSpace; keys -l "ll"
+keys Enter; keys -l "$(printf '\033[200~second\nline\033[201~')"; keys -l " next"
+check "item 17: Enter and the keys after it wait for the larger window, said so" \
+    wait_until "the held keys' line" 5 sh -c "$T capture-pane -p | tr '\n' ' ' | grep -q 'then Enter and'"
+check "item 17: ... and nothing is sent meanwhile" hasnt "answer to"
 $T resize-window -x 80 -y 24
 wait_gone "Terminal too small" 5
-check "item 17: the message typed while too small was not sent" hasnt "answer to typed while small"
-check "item 17: nor left in the input line" hasnt "typed while small"
+check "item 17: the message typed while too small is sent once the window is large enough" \
+    wait_for "answer to typed while small" 10
+check "item 17: the keys after its Enter (a paste among them) are the next draft" \
+    wait_until "the draft 'second', 'line next'" 5 sh -c "[ \"\$($T capture-pane -p | tail -n 2 | tr '\n' '|')\" = '› second|  line next|' ]"
+keys C-u
+# Ctrl-C drops the draft and the keys held, nothing is sent; Ctrl-C at an empty draft quits
+$T resize-window -x 39 -y 11
+wait_for "Terminal too small" 5
+keys -l "dropped"; keys Enter; keys -l "also"
+wait_until "the held keys' line" 5 sh -c "$T capture-pane -p | tr '\n' ' ' | grep -q 'then Enter and'"
+keys C-c
+check "item 17: Ctrl-C drops the draft and the keys held" wait_gone "Draft:" 5
+$T resize-window -x 80 -y 24
+wait_gone "Terminal too small" 5
+sleep 0.3
+check "item 17: ... and nothing of them is sent" hasnt "answer to dropped"
+check "item 17: ... nor left in the input line" input_empty
 type_line "after"
 check "item 17: the chat answers once the window is large enough" wait_for "answer to after" 10
 keys C-d; wait_for "EXIT=0" 5
@@ -274,6 +298,15 @@ for size in 80x24 40x12; do
     keys C-c
     check "item 21 ($size): Ctrl-C gives the draft back" wait_for "› my draft" 5
     check "item 21 ($size): ... and no search label or text is left" sh -c "! $T capture-pane -p | grep -q -e 'search' -e 'alp\$' -e 'bck:'"
+    # Ctrl-R past the oldest match keeps it and says there is no older one (the label said
+    # "no match" over the match shown)
+    label_shows() { screen | tail -n 3 | head -n 2 | grep -q "$1" && [ "$(screen | tail -n 1)" = "$2" ]; }
+    # (the history file is the runs' before, with up to three "alpha one": Ctrl-R past them all)
+    keys C-r; keys -l "alp"; wait_for "› alpha one" 5; keys C-r C-r C-r C-r C-r
+    check "item 21 ($size): Ctrl-R past the oldest match says no older match" \
+        wait_until "the label 'no older match: alp' over '› alpha one'" 5 label_shows "no older match: alp" "› alpha one"
+    keys Escape
+    wait_for "› my draft" 5
     keys C-r; keys -l "bet"; wait_for "› beta two" 5; keys Escape
     check "item 21 ($size): Esc gives the draft back too" wait_for "› my draft" 5
     keys C-r; keys -l "zzz"

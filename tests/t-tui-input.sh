@@ -2,7 +2,8 @@
 # t-tui-input.sh: the input line of the full-screen chat (libedit fed by the UI) in tmux:
 # Emacs keys, multi-line input (Alt-Enter, trailing backslash), Tab completion, a long
 # bracketed paste, history kept across runs in the XDG state directory, Up and Ctrl-R,
-# PgUp/PgDn, the mouse toggle, and Ctrl-C at an empty prompt quitting.
+# PgUp/PgDn, the mouse toggle, undo and redo (Ctrl-_, Alt-_), and Ctrl-C at an empty prompt
+# quitting.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
@@ -91,6 +92,34 @@ check "a 301-row paste: its end and the keys typed after it show in the input ar
     wait_for "  END-OF-PASTETYPED" 5
 check "... with the cursor after them" sh -c "[ \"\$($T display -p '#{cursor_x},#{cursor_y}')\" = 19,29 ]"
 keys C-u
+# Undo and redo in the input line (there was none: a Ctrl-C that cleared a long draft, a word
+# deleted, a paste in the wrong place could not be taken back). Ctrl-_ undoes a change (a word
+# typed, a deletion, a paste, a clear), Alt-_ redoes it, the cursor goes back where it was.
+wait_input_empty 5
+keys -l "hello big world"; keys BSpace BSpace
+wait_input "hello big wor" 3
+keys C-_
+check "undo: Ctrl-_ takes back the last Backspace" wait_input "hello big worl" 3
+keys C-_ C-_
+check "undo: ... then the other, then the word typed" wait_input "hello big" 3
+keys M-_
+check "redo: Alt-_ puts the word back" wait_input "hello big world" 3
+keys C-c
+wait_input_empty 3
+keys C-_
+check "undo: Ctrl-_ brings back a draft Ctrl-C cleared" wait_input "hello big world" 3
+keys -l "$(printf '\033[200~ PASTED\033[201~')"
+wait_input "hello big world PASTED" 3
+keys C-_
+check "undo: a paste is one change" wait_input "hello big world" 3
+keys Home; keys -l "X"; keys C-_; keys -l "Y"
+check "undo: the cursor goes back where it was" wait_input "Yhello big world" 3
+keys Enter
+wait_for "› Yhello big world" 5
+wait_input_empty 5
+keys C-_
+sleep 0.3
+check "undo: nothing of a sent message comes back" input_empty
 keys C-d
 check "Ctrl-D at an empty prompt quits" wait_for "EXIT=0" 5
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

@@ -163,6 +163,46 @@ if command -v tmux >/dev/null; then
     check "/edit of a message with control characters sends it as it was" \
         wait_until "'answer to x\\x01y \\x1B]0;T\\x07 z'" 5 on_screen 'answer to x\\x01y \\x1B]0;T\\x07 z'
     $tm send-keys C-d
+    # A slash command whose worker blocks for good (/load of a FIFO that a writer holds open and
+    # never writes: the read does not return; a hung mount or server is the same) ignored Ctrl-C,
+    # and the prompt never came back. Ctrl-C now gives it back, saying why; the command's result
+    # shows once it ends, and a message typed meanwhile is answered after it.
+    mkfifo "$K3_TMP/fifo"
+    plain_tm k3plainfifo "$m"
+    wait_until "the line-mode prompt" 5 on_screen '^>'
+    exec 7<>"$K3_TMP/fifo" # a writer (after the tmux server started: it does not hold fd 7)
+    # cooked: libedit has returned the line and k3chat waits for the worker (a Ctrl-C typed
+    # while libedit still reads is a key, not a signal)
+    cooked() { stty -F "$($tm display -p '#{pane_tty}')" -a | grep -q -- ' icanon'; }
+    $tm send-keys -l "/load $K3_TMP/fifo"; $tm send-keys Enter
+    wait_until "the terminal cooked (k3chat waits for the /load)" 5 cooked
+    $tm send-keys C-c
+    check "Ctrl-C while a /load blocks on a FIFO gives the prompt back, saying why" \
+        wait_until "the notice" 5 on_screen "^k3chat: the engine has not finished the command"
+    check "... the prompt is back" wait_until "the prompt" 5 sh -c "$tm capture-pane -p | grep -v '^\$' | tail -n 1 | grep -qx '>'"
+    $tm send-keys -l "after"; $tm send-keys Enter
+    printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"u"}\n{"role":"assistant","content":"a"}\n' >&7
+    exec 7>&-
+    check "... the /load's result shows once the FIFO is written" wait_until "the load's notice" 5 on_screen "loaded 2 messages"
+    check "... and the message typed meanwhile is answered" wait_until "'answer to after'" 5 on_screen "^answer to after"
+    $tm send-keys C-d
+    check "... and k3chat quits with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
+    # a quit while the command still blocks: said, and Ctrl-C then quits without the worker
+    plain_tm k3plainfifo2 "$m"
+    wait_until "the line-mode prompt" 5 on_screen '^>'
+    exec 7<>"$K3_TMP/fifo"
+    $tm send-keys -l "/load $K3_TMP/fifo"; $tm send-keys Enter
+    wait_until "the terminal cooked (k3chat waits for the /load)" 5 cooked
+    $tm send-keys C-c
+    wait_until "the notice" 5 on_screen "^k3chat: the engine has not finished the command"
+    $tm send-keys C-d
+    check "a quit while the command blocks says it waits, and how not to" \
+        wait_until "the notice" 5 on_screen "waiting for the engine to finish a command (Ctrl-C quits without it)"
+    wait_until "the terminal cooked (k3chat waits at the quit)" 5 cooked
+    $tm send-keys C-c
+    check "... Ctrl-C then quits without the worker, with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
+    check "... saying so" on_screen "quitting without waiting for the engine"
+    exec 7>&-
     tmux_end "$tm"
 else
     echo "SKIP: tmux is not installed"

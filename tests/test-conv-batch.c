@@ -270,7 +270,7 @@ int main(void) {
         K3_ASSERT(k3_tok_load(model_dir, NULL, &tok) == K3_OK);
         K3_ASSERT(k3_gvocab_new(tok, info.vocab, info.eos_id, &voc) == K3_OK);
         for (int k = 0; k < 2; k++) /* one for the turn alone, one (cold caches) for the batch */
-            K3_ASSERT(k3_grammar_json_schema(voc, sch.p, sch.n, &gr[k]) == K3_OK);
+            K3_ASSERT(k3_grammar_json_schema(voc, sch.p, sch.n, NULL, &gr[k]) == K3_OK);
         const tcase  gc = {"A string, please.", NULL, 0, 30, 1.0f, 11};
         k3_conv     *c1 = conv_for(&gc), *c2 = conv_for(&gc), *c3 = conv_for(&cases[1]);
         k3_session  *s1, *s2, *s3;

@@ -569,6 +569,39 @@ static void test_malformed(void) {
     malformed("truncated final line with newline",
               S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"), ":3:", "invalid JSON");
     malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
+    /* a tool result the chat format cannot name loaded, and every later turn failed with
+     * "message N: tool result: no tool name", naming neither file nor line */
+#define CALL_C1                                                                                              \
+    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","         \
+    "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}\n"
+    malformed("a tool result answering no call (the assistant message deleted by hand)",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+                    "\"content\":\"x\"}\n"),
+              "bad.jsonl:3:", "answers no call (no assistant message is before it)");
+    malformed("a tool result with an id no call has",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"x\"}\n"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c9\",\"content\":\"y\"}\n"),
+              "bad.jsonl:5:", "(\"c9\") answers no call of the assistant message before it");
+    malformed("more results without ids than calls",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                    "{\"role\":\"tool\",\"content\":\"x\"}\n"
+                    "{\"role\":\"tool\",\"content\":\"y\"}\n"),
+              "bad.jsonl:5:", "more results than the assistant message before it made calls");
+    {
+        char p[600];
+        path_in(p, sizeof p, "named.jsonl");
+        const char ok[] =
+            HDR "{\"role\":\"user\",\"content\":\"hi\"}\n" CALL_C1
+                "{\"role\":\"tool\",\"content\":\"by place\"}\n"
+                "{\"role\":\"tool\",\"tool_call_id\":\"c9\",\"name\":\"g\",\"content\":\"by name\"}\n";
+        write_file(p, ok, sizeof ok - 1);
+        k3_conv *c = k3_conv_new();
+        T_CHECK(k3_conv_load(c, p, NULL) == K3_OK && k3_conv_count(c) == 4,
+                "tool results named by their place or their own name load (%s)", k3_errmsg());
+        k3_conv_free(c);
+    }
+#undef CALL_C1
     /* members this version does not know are kept, not a licence for wrong known ones */
     malformed("wrong type beside an unknown member",
               S(HDR "{\"role\":\"user\",\"content\":\"x\",\"mood\":1,\"interrupted\":\"yes\"}\n"),
@@ -780,8 +813,10 @@ static void test_copy_gate(void) {
     char *after = t_read_file(path, NULL);
     T_CHECK(before && after && !strcmp(before, after) && count_files(dir) == 1,
             "... and the file is as the other writer left it");
+    /* (the file is the other writer's now, so the owner's write goes whole to a new file) */
     gate_answer = 1;
-    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 2 && k3_conv_load(back, path, NULL) == K3_OK &&
+    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 2 &&
+                k3_conv_load(back, k3_conv_autosave_path(c), NULL) == K3_OK &&
                 !strcmp(k3_conv_msg(back, 4)->content, "the owner's answer"),
             "a write the gate allows is made (%s)", k3_errmsg());
     free(before);
@@ -789,6 +824,101 @@ static void test_copy_gate(void) {
     free(path);
     k3_conv_free(back);
     k3_conv_free(x);
+    k3_conv_free(c);
+}
+
+/* The autosave writes only to the file it left. Another program may replace that file (another
+ * k3chat's /save FILE onto it, an editor's save), write to it or remove it between two turns; an
+ * append there put this conversation's next turn after the other writer's text (a mix of two
+ * conversations, and this one's earlier turns on no disk), and a removed file failed every later
+ * autosave with ENOENT. Now the file is left as the other writer made it and the conversation
+ * goes whole to a new autosave file. */
+static k3_conv *other_conv(void) {
+    k3_conv *o = k3_conv_new();
+    k3_conv_add(o, K3_ROLE_USER, "the other conversation", NULL);
+    add_reply(o, "its answer", NULL, 0, 1);
+    return o;
+}
+
+/* After `how` changed c's autosave file: the next turn's autosave works, leaves the file as it
+ * was, and a new file holds the whole conversation. */
+static void moved_case(const char *how, int kind) {
+    char dir[600];
+    path_in(dir, sizeof dir, "moved");
+    char sub[700];
+    snprintf(sub, sizeof sub, "%s/%d", dir, kind);
+    mkdir(dir, 0700);
+    k3_conv *c = sample_conv(), *o = other_conv(), *l = k3_conv_new();
+    T_CHECK(k3_conv_autosave_enable(c, sub) == K3_OK && k3_conv_autosave(c) == K3_OK, "%s: autosaved (%s)",
+            how, k3_errmsg());
+    char *f = k3_strdup(k3_conv_autosave_path(c));
+    if (kind == 0) /* another k3chat's /save FILE: a whole file renamed over it */
+        K3_ASSERT(k3_conv_save(o, f) == K3_OK);
+    else if (kind == 1) /* removed */
+        unlink(f);
+    else { /* a line added in place (same file, another size) */
+        FILE *a = fopen(f, "ab");
+        K3_ASSERT(a);
+        fputs("{\"role\":\"user\",\"content\":\"typed by hand\"}\n", a);
+        fclose(a);
+    }
+    char *before = kind == 1 ? NULL : t_read_file(f, NULL);
+    if (kind == 2)
+        k3_conv_undo(c); /* and the autosave that follows a rewrite, not an append */
+    k3_conv_add(c, K3_ROLE_USER, "next turn", NULL);
+    add_reply(c, "next answer", NULL, 0, 1);
+    k3_status st    = k3_conv_autosave(c);
+    char     *after = kind == 1 ? NULL : t_read_file(f, NULL);
+    T_CHECK(st == K3_OK && !k3_conv_autosave_error(c), "%s: the next autosave works (%s)", how,
+            k3_conv_autosave_error(c) ? k3_conv_autosave_error(c) : "no error");
+    T_CHECK(kind == 1 || (before && after && !strcmp(before, after)),
+            "%s: the file is left as the other writer made it", how);
+    /* (a removed file's name may be free again for the new file) */
+    T_CHECK(k3_conv_autosave_path(c) && (kind == 1 || strcmp(k3_conv_autosave_path(c), f)) &&
+                k3_conv_load(l, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(l, c),
+            "%s: the whole conversation is in a new autosave file (%s)", how,
+            k3_conv_autosave_path(c) ? k3_conv_autosave_path(c) : "none");
+    /* and the autosave appends to the new file from then on */
+    k3_conv_add(c, K3_ROLE_USER, "one more", NULL);
+    char *p = k3_strdup(k3_conv_autosave_path(c));
+    T_CHECK(k3_conv_autosave(c) == K3_OK && !strcmp(p, k3_conv_autosave_path(c)) &&
+                k3_conv_load(l, p, NULL) == K3_OK && conv_eq(l, c),
+            "%s: the next turn is appended to the new file", how);
+    free(p);
+    free(before);
+    free(after);
+    free(f);
+    k3_conv_free(l);
+    k3_conv_free(o);
+    k3_conv_free(c);
+}
+
+static void test_autosave_moved(void) {
+    moved_case("replaced by another k3chat's /save", 0);
+    moved_case("removed", 1);
+    moved_case("written to by another program", 2);
+
+    /* a turn's copy that holds the newest messages only cannot write the whole conversation:
+     * an error, and the other writer's file stays */
+    char dir[600];
+    path_in(dir, sizeof dir, "moved-tail");
+    k3_conv *c = sample_conv(), *o = other_conv();
+    K3_ASSERT(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK);
+    char *f = k3_strdup(k3_conv_autosave_path(c));
+    k3_conv_add(c, K3_ROLE_USER, "third", NULL);
+    k3_conv *t = k3_conv_copy_unsaved(c);
+    K3_ASSERT(k3_conv_save(o, f) == K3_OK);
+    char *before = t_read_file(f, NULL), *after = NULL;
+    T_CHECK(t && k3_conv_count(t) == 1 && k3_conv_autosave(t) == K3_ERR_IO && k3_conv_autosave_error(t) &&
+                strstr(k3_conv_autosave_error(t), "another program") && (after = t_read_file(f, NULL)) &&
+                !strcmp(before, after),
+            "a copy of the newest messages: a clear error, the file untouched (%s)",
+            t && k3_conv_autosave_error(t) ? k3_conv_autosave_error(t) : "no error");
+    free(after);
+    free(before);
+    free(f);
+    k3_conv_free(t);
+    k3_conv_free(o);
     k3_conv_free(c);
 }
 
@@ -1352,6 +1482,7 @@ int main(void) {
     test_failures();
     test_full_disk();
     test_copy_gate();
+    test_autosave_moved();
     test_copy_fields();
     test_copy_unsaved();
     test_crash();

@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
             continue;
         lines++;
         k3_grammar *g;
-        if (k3_grammar_json_schema(G.voc, line, strlen(line), &g)) {
+        if (k3_grammar_json_schema(G.voc, line, strlen(line), NULL, &g)) {
             printf("# line %d does not compile: %s\n", lines, k3_errmsg());
             continue;
         }

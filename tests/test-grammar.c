@@ -369,7 +369,7 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
     for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
         FILE *cf = fopen(files[f], "rb");
         while (cf && fgets(line, sizeof line, cf))
-            if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
+            if (k3_grammar_json_schema(v, line, strlen(line), NULL, &eg) == K3_OK) {
                 bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
                 (*nsch)++;
                 k3_grammar_free(eg);
@@ -405,7 +405,7 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "{\"type\":\"string\",\"pattern\":\"abcdefghijklmnop\",\"maxLength\":50}",
         "{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"defi@example\\\\.co\",\"maxLength\":50}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
-        if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
+        if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), NULL, &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)
                 bad += exact_walk(eg, nv, cand, nc, 3 * steps, nsteps);
             (*nsch)++;
@@ -438,7 +438,7 @@ static size_t random_ids(const k3_tok *t, const char *d, size_t n, int32_t *out)
 }
 
 static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
-    return k3_grammar_json_schema(v, s, strlen(s), g);
+    return k3_grammar_json_schema(v, s, strlen(s), NULL, g);
 }
 
 /* --walk SCHEMAS OUT N (t-grammar.sh, which validates OUT with ajv): for each schema (a line of
@@ -484,7 +484,7 @@ static void walk_out(const char *schemas, const char *outp, int n, int tools, in
                           "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
                           "\"object\",\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
                           line);
-        k3_status cst = tools ? k3_grammar_tool_calls(v, tl.p, NULL, 1, 0, &g) : compile(v, line, &g);
+        k3_status cst = tools ? k3_grammar_tool_calls(v, tl.p, NULL, 1, 0, NULL, &g) : compile(v, line, &g);
         free(tl.p);
         if (cst) {
             printf("# line %d does not compile: %s\n", lines, k3_errmsg());
@@ -1513,7 +1513,7 @@ static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, co
                   "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
                   "\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
                   arg);
-    k3_status st = k3_grammar_tool_calls(v, tools.p, NULL, 1, 0, &g);
+    k3_status st = k3_grammar_tool_calls(v, tools.p, NULL, 1, 0, NULL, &g);
     free(tools.p);
     if (st)
         return -1;
@@ -1538,6 +1538,20 @@ static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, co
     k3_gmatch_free(m);
     k3_grammar_free(g);
     return ok;
+}
+
+/* A meter's charge that grants up to cap bytes in all. */
+typedef struct meter_cap {
+    k3_gmeter m;
+    size_t    cap, taken;
+} meter_cap;
+
+static int meter_take(void *ud, size_t n) {
+    meter_cap *c = ud;
+    if (c->taken + n > c->cap)
+        return 1;
+    c->taken += n;
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -2176,7 +2190,7 @@ int main(int argc, char **argv) {
              mode++) { /* 0: any, 1 call max; 1: 8 calls; 2: named get_time; 3: text */
             k3_grammar *tg;
             st = k3_grammar_tool_calls(v, tools, mode == 2 ? "get_time" : NULL,
-                                       mode == 1 || mode == 3 ? 8 : 1, mode == 3, &tg);
+                                       mode == 1 || mode == 3 ? 8 : 1, mode == 3, NULL, &tg);
             if (st) {
                 T_CHECK(0, "the tool-call grammar compiles: %s", k3_errmsg());
                 continue;
@@ -2217,7 +2231,7 @@ int main(int argc, char **argv) {
             v,
             "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
             "\"object\",\"properties\":{\"x\":{\"type\":[\"string\",\"integer\"]}}}}}]",
-            NULL, 1, 0, &g);
+            NULL, 1, 0, NULL, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
                 "an argument with two types is refused naming it: %s", k3_errmsg());
         /* a string argument is written raw (k3-tools.md 1.3): its pattern's automaton wrote the JSON
@@ -2287,7 +2301,7 @@ int main(int argc, char **argv) {
             v,
             "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
             "\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}}}]",
-            NULL, 1, 0, &g);
+            NULL, 1, 0, NULL, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"required\" at tools[f].parameters") &&
                     strstr(k3_errmsg(), "does not declare"),
                 "a tool's required name that its properties do not declare is refused: %s",
@@ -2305,7 +2319,7 @@ int main(int argc, char **argv) {
                                   "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
                                   "\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"},\"n\":{"
                                   "\"type\":\"integer\"},\"o\":{\"type\":\"object\"}}}}}]",
-                                  NULL, 3, 1, &eg) == K3_OK) {
+                                  NULL, 3, 1, NULL, &eg) == K3_OK) {
             for (int r = 0; r < 4; r++)
                 bad += exact_walk(eg, nv, NULL, 0, 60, &steps);
             nsch++;
@@ -2510,6 +2524,30 @@ int main(int argc, char **argv) {
                 "k3_grammar_bytes of a string of maxLength 4000: %zu bytes compiled (nodes and edges %zu), "
                 "%zu with its mask caches filled",
                 b0, floor_, b1);
+        k3_grammar_free(gg);
+    }
+
+    /* A compile's meter (the server's grammar budget while compiles run): the bytes it charges bound
+     * what the grammar holds once built, within twice that; a meter that grants 1 MB stops the
+     * compile of a 1.8 MB grammar once 1 MB is charged, naming it */
+    {
+        static const char big[] = "{\"type\":\"string\",\"maxLength\":4000,\"pattern\":\"^[a-z ]*$\"}";
+        k3_grammar       *gg = NULL, *g2 = NULL;
+        meter_cap         all = {.cap = SIZE_MAX}, two = {.cap = 1u << 20};
+        all.m        = (k3_gmeter){.charge = meter_take, .ud = &all};
+        two.m        = (k3_gmeter){.charge = meter_take, .ud = &two};
+        k3_status s1 = k3_grammar_json_schema(v, big, sizeof big - 1, &all.m, &gg);
+        size_t    b  = s1 ? 0 : k3_grammar_bytes(gg);
+        T_CHECK(!s1 && all.m.used >= b && all.m.used <= 2 * b && all.m.granted >= all.m.used &&
+                    all.m.granted - all.m.used < K3_GMETER_STEP && all.taken == all.m.granted &&
+                    b > (1u << 20),
+                "a meter counts %zu bytes (%zu granted) for a grammar of %zu bytes", all.m.used,
+                all.m.granted, b);
+        k3_status s2 = k3_grammar_json_schema(v, big, sizeof big - 1, &two.m, &g2);
+        T_CHECK(s2 == K3_ERR_NOMEM && !g2 && two.m.refused && two.m.granted == (1u << 20) &&
+                    two.taken == two.m.granted &&
+                    strstr(k3_errmsg(), "passed the 1 MB of memory it was given"),
+                "a meter that grants 1 MB stops the compile there (%d: %s)", (int)s2, k3_errmsg());
         k3_grammar_free(gg);
     }
 

@@ -33,6 +33,37 @@ static int wait_ev(ev_queue *q, int type, double s) {
     return 0;
 }
 
+/* A mock engine on script text, autosaving under data (XDG_DATA_HOME); NULL when it does not
+ * start (a FAIL line said so). */
+static ue *mock_start(const char *path, const char *text, const char *data, const ui_opts *o, ev_queue *q,
+                      const char *what) {
+    setenv("XDG_DATA_HOME", data, 1);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+    ue *u = q ? ue_start(o, q) : NULL;
+    T_CHECK(u && wait_ev(q, EV_READY, 60), "%s starts", what);
+    return u;
+}
+
+/* The one file in data's autosave directory (out: "" when none). */
+static void autosave_file(const char *data, char *out, size_t n) {
+    char kdir[700];
+    snprintf(kdir, sizeof kdir, "%s/k3chat", data);
+    out[0]           = 0;
+    DIR           *d = opendir(kdir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.')
+            snprintf(out, n, "%s/%s", kdir, e->d_name);
+    if (d)
+        closedir(d);
+}
+
 int main(void) {
     const char *t = getenv("K3_TMP");
     char        dir[512], path[700], data[600], files[800] = "";
@@ -101,29 +132,15 @@ int main(void) {
      * and returned 0: the user quit believing the conversation was on disk. It must say that it
      * is not, naming the file and the error, and return -1. */
     snprintf(data, sizeof data, "%s/data2", dir);
-    setenv("XDG_DATA_HOME", data, 1);
-    f = fopen(path, "w");
-    if (!f) {
-        perror(path);
-        return 1;
-    }
-    fputs("autosave\ndelay 0\nresponse first answer\n---\nstall-end 600000\nresponse second answer\n", f);
-    fclose(f);
     q = ev_queue_new(0);
-    u = q ? ue_start(&o, q) : NULL;
-    T_CHECK(u && wait_ev(q, EV_READY, 60), "the second mock engine starts");
+    u = mock_start(
+        path, "autosave\ndelay 0\nresponse first answer\n---\nstall-end 600000\nresponse second answer\n",
+        data, &o, q, "the second mock engine");
     if (!u)
         return t_done();
     ue_send(u, "one", &g);
     T_CHECK(wait_ev(q, EV_ACK, 60), "the first turn ends, autosaved");
-    snprintf(kdir, sizeof kdir, "%s/k3chat", data);
-    one[0] = 0;
-    d      = opendir(kdir);
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.')
-            snprintf(one, sizeof one, "%s/%s", kdir, e->d_name);
-    if (d)
-        closedir(d);
+    autosave_file(data, one, sizeof one);
     T_CHECK(one[0] && unlink(one) == 0 && mkdir(one, 0700) == 0, "the autosave file %s becomes a directory",
             one);
     ue_send(u, "two", &g);
@@ -134,5 +151,28 @@ int main(void) {
             "the rescue says the turn is not saved, naming the file and the error (%d: %s)", r, msg);
     ue_stop(u);
     ue_abandon(u); /* stalled for good: left behind, as a quit does; its queue stays */
+
+    /* What is on disk while an answer is under way (a crash, the OOM killer, a power cut then
+     * keeps it): the user's message was written only with the answer, at the turn's end, so a
+     * turn of minutes that never ended lost what was typed. Now it is on disk before the answer
+     * begins. The worker stalls after its first token for good, as one killed there would. */
+    snprintf(data, sizeof data, "%s/data3", dir);
+    ev_queue *q3 = ev_queue_new(0);
+    ue *u3 = mock_start(path, "autosave\ndelay 0\nstall 600000\nresponse an answer never finished\n", data,
+                        &o, q3, "the third mock engine");
+    if (!u3)
+        return t_done();
+    ue_send(u3, "a long question typed with care", &g);
+    T_CHECK(wait_ev(q3, EV_TOKEN, 60), "the answer has begun (the worker then stalls)");
+    autosave_file(data, one, sizeof one);
+    c  = k3_conv_new();
+    st = one[0] ? k3_conv_load(c, one, NULL) : K3_ERR_IO;
+    T_CHECK(!st && k3_conv_count(c) == 1 &&
+                !strcmp(k3_conv_msg(c, 0)->content, "a long question typed with care"),
+            "the autosave holds the user's message while the answer is under way (%s)",
+            one[0] ? (st ? k3_errmsg() : "loaded") : "no autosave file");
+    k3_conv_free(c);
+    ue_stop(u3);
+    ue_abandon(u3);
     return t_done();
 }

@@ -11,6 +11,8 @@
 #pragma once
 #include "k3-impl.h"
 
+#include <sys/types.h>
+
 #include <stdatomic.h>
 
 #define CONV_MIN_ROOM K3_CONV_MIN_ROOM /* tokens a turn must be able to generate to start (k3.h) */
@@ -81,11 +83,15 @@ struct k3_conv {
 
     /* autosave */
     int              autosave_on;
-    char            *autosave_dir;      /* directory (created on first write)                         */
-    char            *autosave_path;     /* current file, NULL until the first write                   */
-    int              n_saved;           /* messages already in the autosave file                      */
-    int              rewrite;           /* history below n_saved changed: rewrite the whole file      */
-    k3_conv_settings saved_set;         /* settings in the autosave file's header                  */
+    char            *autosave_dir;  /* directory (created on first write)                         */
+    char            *autosave_path; /* current file, NULL until the first write                   */
+    int              n_saved;       /* messages already in the autosave file                      */
+    int              rewrite;       /* history below n_saved changed: rewrite the whole file      */
+    k3_conv_settings saved_set;     /* settings in the autosave file's header                  */
+    dev_t            as_dev;        /* the autosave file as this conversation left it (st_dev,  */
+    ino_t            as_ino;        /*   st_ino, st_size): it writes to no other (file_is_ours) */
+    off_t            as_size;
+    int              tail_only;         /* k3_conv_copy_unsaved's copy of the newest messages only */
     char             autosave_err[768]; /* "" when the last autosave worked                       */
     int (*gate)(void *ud);              /* k3_conv_set_autosave_gate: asked before a write, NULL: none */
     void *gate_ud;

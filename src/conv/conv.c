@@ -667,6 +667,10 @@ static k3_conv *copy_from(const k3_conv *c, int from) {
     d->n_saved     = c->n_saved - from;
     d->rewrite     = c->rewrite;
     d->saved_set   = c->saved_set;
+    d->as_dev      = c->as_dev;
+    d->as_ino      = c->as_ino;
+    d->as_size     = c->as_size;
+    d->tail_only   = c->tail_only || from > 0;
     bad |= copy_str(&d->tools, c->tools) || copy_str(&d->rf_schema, c->rf_schema) ||
            copy_str(&d->model_dir, c->model_dir) || copy_str(&d->hdr_extra, c->hdr_extra) ||
            copy_str(&d->autosave_dir, c->autosave_dir) || copy_str(&d->autosave_path, c->autosave_path);

@@ -12,11 +12,16 @@
  *   - Whole files (/save, export, the first autosave, autosave rewrites after an edit) go
  *     to a temporary file in the same directory, fsync, rename over the target, fsync the
  *     directory: a crash leaves the old file or the new one, never a mix.
- *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
+ *   - Autosave appends the lines of a turn (the user message as the front end starts the
+ *     answer, the answer at its end) with ONE write(2) each to an O_APPEND file and
  *     then fsync. A failed write we see (disk full) is cut back with ftruncate. One we do
  *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
  *     the turn's lines, so the reader ignores a final line that has no newline and is not
  *     valid JSON, and says so: the file still holds every turn completed before.
+ *   - The autosave writes only to the file it made, as it left it (device, inode, size:
+ *     file_is_ours): one another program replaced (another k3chat's /save onto it), removed
+ *     or wrote to is left alone, and the conversation goes whole to a new file. Each process
+ *     has files of its own (a load goes on in a new one), so none interleaves with another.
  *   - Failures (full disk, unwritable directory) come back as K3_ERR_IO naming the path
  *     and errno; nothing in memory changes, and the next autosave retries.
  * Loading parses into a scratch conversation and swaps it in only when the whole file
@@ -345,8 +350,9 @@ static k3_status fsync_dir_of(const char *path) {
     return st;
 }
 
-/* Replaces path with the n bytes of p: temp file, fsync, rename, fsync dir. */
-static k3_status atomic_write(const char *path, const char *p, size_t n) {
+/* Replaces path with the n bytes of p: temp file, fsync, rename, fsync dir. The file written
+ * (device, inode, size) goes to *out when out is not NULL. */
+static k3_status atomic_write(const char *path, const char *p, size_t n, struct stat *out) {
     size_t    tl  = strlen(path) + 32;
     char     *tmp = k3_malloc(tl);
     k3_status st  = K3_OK;
@@ -386,6 +392,10 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
         st = io_err(tmp, "fsync failed", errno);
         goto fail;
     }
+    if (out && fstat(fd, out) != 0) {
+        st = io_err(tmp, "stat failed", errno);
+        goto fail;
+    }
     if (close(fd) != 0) {
         fd = -1;
         st = io_err(tmp, "close failed", errno);
@@ -406,15 +416,41 @@ fail:
     return st;
 }
 
-/* Appends n bytes with one write; on failure the file is cut back to its old size. */
-static k3_status durable_append(const char *path, const char *p, size_t n) {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+/* The autosave file is the one this conversation left, as it left it: the same file (device,
+ * inode) and size. Another program may have replaced it since (another k3chat's /save FILE onto
+ * it, an editor's save), written to it or removed it; the autosave then writes no more there. */
+static int file_is_ours(const k3_conv *c, const struct stat *sb) {
+    return S_ISREG(sb->st_mode) && sb->st_dev == c->as_dev && sb->st_ino == c->as_ino &&
+           sb->st_size == c->as_size;
+}
+
+static void note_file(k3_conv *c, const struct stat *sb) {
+    c->as_dev  = sb->st_dev;
+    c->as_ino  = sb->st_ino;
+    c->as_size = sb->st_size;
+}
+
+/* Appends n bytes to the autosave file with one write; on failure the file is cut back to its old
+ * size. *theirs: the file is not as c left it (file_is_ours), before the write (nothing written)
+ * or after it (renamed over while it was written: the lines went to the old file). */
+static k3_status durable_append(k3_conv *c, const char *p, size_t n, int *theirs) {
+    const char *path = c->autosave_path;
+    struct stat sb, now;
+    k3_status   st = K3_OK;
+    int         fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    *theirs        = 0;
+    if (fd < 0 && errno == ENOENT) {
+        *theirs = 1; /* removed */
+        return K3_OK;
+    }
     if (fd < 0)
         return io_err(path, "cannot open for appending", errno);
-    struct stat sb;
-    k3_status   st = K3_OK;
     if (fstat(fd, &sb) != 0) {
         st = io_err(path, "stat failed", errno);
+        goto done;
+    }
+    if (!file_is_ours(c, &sb)) {
+        *theirs = 1;
         goto done;
     }
     /* one write(2) normally; a short one is retried to learn why (ENOSPC, EFBIG, EIO) */
@@ -425,24 +461,31 @@ static k3_status durable_append(const char *path, const char *p, size_t n) {
     }
     if (fsync(fd) != 0)
         st = io_err(path, "fsync failed", errno);
+    else if (fstat(fd, &sb) != 0)
+        st = io_err(path, "stat failed", errno);
+    else if (stat(path, &now) != 0 || now.st_dev != sb.st_dev || now.st_ino != sb.st_ino)
+        *theirs = 1;
+    else
+        note_file(c, &sb);
 done:
     close(fd);
     return st;
 }
 
-static k3_status write_text_file(const char *path, const sbuf *b) {
+static k3_status write_text_file(const char *path, const sbuf *b, struct stat *out) {
     if (b->oom)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory building the file", path);
-    return atomic_write(path, b->p ? b->p : "", b->n);
+    return atomic_write(path, b->p ? b->p : "", b->n, out);
 }
 
-/* Messages [from, n_msgs) of c appended to path in one durable write (the autosave's append). */
-static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
+/* Messages [from, n_msgs) of c appended to its autosave file in one durable write. */
+static k3_status append_msgs(k3_conv *c, int from, int *theirs) {
     sbuf b = {0};
     for (int i = from; i < c->n_msgs; i++)
         sb_json_line(&b, line_json(c, i));
-    k3_status st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", path)
-                   : b.n ? durable_append(path, b.p, b.n)
+    *theirs      = 0;
+    k3_status st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
+                   : b.n ? durable_append(c, b.p, b.n, theirs)
                          : K3_OK;
     free(b.p);
     return st;
@@ -451,7 +494,7 @@ static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
 k3_status k3_conv_save(const k3_conv *c, const char *path) {
     sbuf b = {0};
     transcript_text(c, &b);
-    k3_status st = write_text_file(path, &b);
+    k3_status st = write_text_file(path, &b, NULL);
     free(b.p);
     return st;
 }
@@ -563,6 +606,20 @@ int conv_autosave_appends(const k3_conv *c) {
     return c->autosave_path && !c->rewrite && settings_equal(&c->set, &c->saved_set);
 }
 
+/* The autosave file is another program's now (file_is_ours): the conversation goes whole to a
+ * new file, and the old one stays as that program left it. A copy that holds the newest messages
+ * only (k3_conv_copy_unsaved) cannot write the whole conversation: an error. */
+static k3_status autosave_elsewhere(k3_conv *c, char **old) {
+    if (c->tail_only)
+        return k3_err(K3_ERR_IO,
+                      "%s: changed by another program since the last autosave (replaced, removed or "
+                      "written to); left as it is, the turn is kept in memory",
+                      c->autosave_path);
+    *old             = c->autosave_path;
+    c->autosave_path = NULL;
+    return K3_OK;
+}
+
 static k3_status autosave_write(k3_conv *c) {
     int has_turn = 0;
     for (int i = 0; i < c->n_msgs; i++)
@@ -570,30 +627,53 @@ static k3_status autosave_write(k3_conv *c) {
     if (!has_turn && !c->autosave_path)
         return K3_OK; /* nothing worth a file yet */
     if (c->gate && !c->gate(c->gate_ud))
-        return K3_OK; /* another writer has the file (k3_conv_set_autosave_gate) */
-    int       whole = !conv_autosave_appends(c);
-    sbuf      b     = {0};
-    k3_status st;
-    if (whole) {
-        if (!c->autosave_path) {
+        return K3_OK;       /* another writer has the file (k3_conv_set_autosave_gate) */
+    char       *old = NULL; /* the file left to another program, NULL: none */
+    struct stat sb;
+    k3_status   st = K3_OK;
+    int         theirs;
+    if (conv_autosave_appends(c)) {
+        if ((st = append_msgs(c, c->n_saved, &theirs)) || (theirs && (st = autosave_elsewhere(c, &old))))
+            return st;
+    } else if (c->autosave_path && (stat(c->autosave_path, &sb) != 0 || !file_is_ours(c, &sb))) {
+        if ((st = autosave_elsewhere(c, &old)))
+            return st;
+    }
+    if (!c->autosave_path || !conv_autosave_appends(c)) { /* a whole file */
+        int fresh = !c->autosave_path;
+        if (fresh) {
             char *dir = k3_strdup(c->autosave_dir);
             st        = dir ? mkdir_p(dir) : k3_err(K3_ERR_NOMEM, "autosave: out of memory");
             free(dir);
-            if (st)
+            char *p = st ? NULL : new_autosave_name(c);
+            if (!st && !p)
+                st = k3_err(K3_ERR_IO, "%s: no free autosave file name", c->autosave_dir);
+            if (st) {
+                c->autosave_path = old; /* the next autosave finds it someone else's again */
                 return st;
-            char *p = new_autosave_name(c);
-            if (!p)
-                return k3_err(K3_ERR_IO, "%s: no free autosave file name", c->autosave_dir);
+            }
             c->autosave_path = p;
         }
+        sbuf b = {0};
         transcript_text(c, &b);
-        st = write_text_file(c->autosave_path, &b);
+        st = write_text_file(c->autosave_path, &b, &sb);
         free(b.p);
-    } else {
-        st = append_msgs(c, c->n_saved, c->autosave_path);
+        if (st) { /* a new name is not kept for a file that was never made */
+            if (fresh) {
+                free(c->autosave_path);
+                c->autosave_path = old;
+            }
+            return st;
+        }
+        note_file(c, &sb);
     }
-    if (st)
-        return st;
+    if (old) {
+        K3_LOG_WARN("autosave: %s was changed by another program since this k3chat wrote it (replaced, "
+                    "removed or written to); it is left as it is, and the conversation is autosaved whole "
+                    "in %s from now on",
+                    old, c->autosave_path);
+        free(old);
+    }
     c->n_saved   = c->n_msgs;
     c->rewrite   = 0;
     c->saved_set = c->set;
@@ -1244,6 +1324,35 @@ static k3_status msg_unwritten(const lctx *L, json_t *o, msg_in *p) {
 
 /* One message line o into c: its members read in order (the first error found is reported),
  * then the message pushed. */
+/* A tool result the chat format can name (chat-format.c tool_run): by its own "name", by the call
+ * of the last assistant message its tool_call_id answers, or by its place among the results that
+ * follow that message. One it cannot (a hand edit dropped the assistant message, or the result
+ * came from elsewhere) made every later turn fail with "message N: tool result: no tool name",
+ * naming neither the file nor the line. */
+static k3_status tool_result_named(const lctx *L, const k3_conv *c, const k3_msg *m) {
+    if (m->role != K3_ROLE_TOOL || (m->tool_name && *m->tool_name))
+        return K3_OK;
+    int a = c->n_msgs - 1, k = 0;
+    for (; a >= 0 && c->msgs[a].role != K3_ROLE_ASSISTANT; a--)
+        k += c->msgs[a].role == K3_ROLE_TOOL;
+    const k3_msg *am = a >= 0 ? &c->msgs[a] : NULL;
+    for (int i = 0; am && m->tool_call_id && i < am->n_tool_calls; i++)
+        if (am->tool_calls[i].id && !strcmp(am->tool_calls[i].id, m->tool_call_id) &&
+            am->tool_calls[i].name && *am->tool_calls[i].name)
+            return K3_OK;
+    if (am && k < am->n_tool_calls && am->tool_calls[k].name && *am->tool_calls[k].name)
+        return K3_OK;
+    if (m->tool_call_id)
+        return LERR(L,
+                    "a tool result without \"name\" whose \"tool_call_id\" (\"%.60s\") answers no call %s; "
+                    "give the tool's \"name\"",
+                    m->tool_call_id,
+                    am ? "of the assistant message before it" : "(no assistant message is before it)");
+    return LERR(L, "a tool result without \"name\" or \"tool_call_id\", and %s; give the tool's \"name\"",
+                am ? "more results than the assistant message before it made calls"
+                   : "no assistant message before it made a call");
+}
+
 static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     msg_in    p  = {0};
     k3_status st = msg_role(L, o, &p);
@@ -1257,6 +1366,8 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         st = msg_place(L, o, &p);
     if (!st)
         st = msg_unwritten(L, o, &p);
+    if (!st && !p.branch)
+        st = tool_result_named(L, c, &p.m);
     if (!st)
         st = p.branch ? conv_push_abandoned(c, &p.m, c->n_msgs, (int)p.branch) : conv_push(c, &p.m);
     if (!st && p.since)
@@ -1618,7 +1729,7 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sbuf e = {.oom = b.oom};
     if (!b.oom)
         k3_escape(&e, NULL, b.p ? b.p : "", b.n); /* out of memory sets e.oom */
-    k3_status st = write_text_file(path, &e);
+    k3_status st = write_text_file(path, &e, NULL);
     free(b.p);
     free(e.p);
     return st;

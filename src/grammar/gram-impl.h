@@ -123,6 +123,7 @@ struct k3_grammar {
     char             what[64];  /* "json schema", "json object", "tool calls" */
     int              free_fill; /* 1: g_fill's text is unbounded (a grammar that only checks strings) */
     size_t           built;     /* bytes the compiled automaton holds (g_finish) */
+    k3_gmeter       *meter;     /* the compile's meter (NULL: none); a pattern's check grammar shares it */
 };
 
 /* The grammar's hash indexes (matcher frames, DFA state sets, schema rules, $defs names) are one
@@ -133,6 +134,11 @@ struct k3_grammar {
 int32_t *g_index_build(int cap, int n, uint32_t (*hash)(const void *ctx, int i), const void *ctx);
 
 /* ---- building (gram.c) ---- */
+/* Counts bytes the compile of g is about to take against its meter (none: 0); -1 when the meter
+ * refuses (g->meter->refused set: the compile stops, sc_finish says why). The arrays that grow as
+ * it builds (nodes, edges, shares) charge the capacity each doubling adds, before it is taken;
+ * g_finish its arrays and the scratch of its walks; a pattern's length counter its table. */
+int       g_charge(k3_grammar *g, size_t bytes);
 int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
 k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);

@@ -870,6 +870,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
         if ((st = g_new(g->voc, g->what, &s[f])))
             break;
         s[f]->free_fill = mn > 0 || mx >= 0; /* a bound: the counter bounds the free text */
+        s[f]->meter     = g->meter;
         if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
             st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
         else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
@@ -884,7 +885,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
         P.n1 = s[1]->n_node;
     P.n_pairs    = s[0]->n_node * P.n1;
     size_t n_rep = (size_t)P.n_pairs * LC_N * 2; /* the shares: only where they fit */
-    if (n_rep <= ((size_t)1 << 22) && !(P.rep = k3_calloc(n_rep, sizeof *P.rep)))
+    if (n_rep <= ((size_t)1 << 22) &&
+        (g_charge(g, n_rep * sizeof *P.rep) || !(P.rep = k3_calloc(n_rep, sizeof *P.rep))))
         goto fail;
     if (lc_get(&P, a[0] * P.n1 + a[1], LC_CHAR, 0) < 0 || (st = g_eps(g, from, P.e[0].id)))
         goto fail;

@@ -2191,6 +2191,7 @@ static k3_status pattern_ok(sc *c, const jv *re, const jv *x, const char *path, 
         if ((st = g_new(c->g->voc, "json schema", &g)))
             return st;
         g->free_fill = 1;
+        g->meter     = c->g->meter;
         int b = g_node_new(g), e = g_node_new(g);
         if (e < 0)
             st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
@@ -2566,11 +2567,11 @@ done:
 
 static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
 
-/* Schema s from -> to; when that fills the grammar (G_MAX_NODES), the innermost path is kept
- * for the refusal (sc_finish). */
+/* Schema s from -> to; when that fills the grammar (G_MAX_NODES) or passes its meter, the
+ * innermost path is kept for the refusal (sc_finish). */
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to) {
     k3_status st = emit_schema(c, s, path, from, to);
-    if (st && c->g->full && !c->full_at[0])
+    if (st && (c->g->full || (c->g->meter && c->g->meter->refused)) && !c->full_at[0])
         snprintf(c->full_at, sizeof c->full_at, "%s", path);
     return st;
 }
@@ -2746,7 +2747,10 @@ static k3_status chat_close(sc *c) {
 /* The end of a compile: on success *out gets the grammar, on failure it is freed and *out NULL;
  * the compiler's own state and the parsed schema are freed either way. */
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
-    if (st && c->g && c->g->full)
+    if (st && c->g && c->g->meter && c->g->meter->refused)
+        st = k3_err(K3_ERR_NOMEM, "%s: its compile passed the %zu MB of memory it was given%s%s", c->g->what,
+                    c->g->meter->granted >> 20, c->full_at[0] ? " at " : "", c->full_at);
+    else if (st && c->g && c->g->full)
         st = k3_err(K3_ERR_UNSUPPORTED,
                     "%s: too large%s%s: it needs more than %d grammar nodes or %d edges (each maxLength, "
                     "maxItems, enum value and pattern repetition is written out, nested ones multiply)",
@@ -2771,7 +2775,7 @@ static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
     return st;
 }
 
-static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
+static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only, k3_gmeter *m,
                          k3_grammar **out) {
     sc        c  = {.any = -1};
     jv       *js = NULL;
@@ -2783,7 +2787,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     }
     if ((st = g_new(v, object_only ? "json object" : "json schema", &c.g)))
         goto done;
-    c.root = js;
+    c.g->meter = m;
+    c.root     = js;
     if (object_only) { /* { } or {"k":V,...}: the any-value rule without its other branches */
         int             start, b = node(&c), e = node(&c);
         static const jv obj = {.kind = JV_OBJECT};
@@ -2807,12 +2812,13 @@ done:
     return sc_finish(&c, js, st, out);
 }
 
-k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out) {
-    return compile(v, schema, len, 0, out);
+k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_gmeter *m,
+                                 k3_grammar **out) {
+    return compile(v, schema, len, 0, m, out);
 }
 
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out) {
-    return compile(v, NULL, 0, 1, out);
+    return compile(v, NULL, 0, 1, NULL, out);
 }
 
 /* ==== the K3 tool-call format (k3-tools.md 1.3) ==================================================
@@ -2948,7 +2954,7 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
 }
 
 k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
-                                int text, k3_grammar **out) {
+                                int text, k3_gmeter *m, k3_grammar **out) {
     sc        c  = {.any = -1};
     jv       *js = NULL;
     k3_status st;
@@ -2963,6 +2969,7 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
     }
     if ((st = g_new(v, "tool calls", &c.g)))
         goto done;
+    c.g->meter           = m;
     int          n_tools = 0, *args = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *args);
     const char **names = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *names);
     size_t      *nlen  = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *nlen);

@@ -29,13 +29,41 @@
 static void    fill_free(g_pass *f);
 static int     follow_sets(k3_grammar *g);
 static g_pass *pass_new(const k3_grammar *g);
+static size_t  pass_fixed(const k3_grammar *g);
+static size_t  pass_dfa_bytes(const g_pass *f);
 
 /* ==== building ======================================================================== */
+
+int g_charge(k3_grammar *g, size_t bytes) {
+    k3_gmeter *m = g->meter;
+    if (!m)
+        return 0;
+    if (m->refused)
+        return -1;
+    m->used += bytes;
+    while (m->used > m->granted) {
+        if (m->charge(m->ud, K3_GMETER_STEP))
+            return m->refused = 1, -1;
+        m->granted += K3_GMETER_STEP;
+    }
+    return 0;
+}
+
+/* k3_grow of an array of the grammar being built, the capacity it adds charged to the meter first
+ * (NULL when the meter refuses). */
+static void *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first) {
+    size_t c = *cap > 0 ? (size_t)*cap : (size_t)first;
+    while (c < need)
+        c *= 2; /* k3_grow's doubling (its bound, INT_MAX, is past G_MAX_NODES and G_MAX_EDGES) */
+    if (c > (size_t)(*cap > 0 ? *cap : 0) && g_charge(g, (c - (size_t)(*cap > 0 ? *cap : 0)) * elem))
+        return NULL;
+    return k3_grow(p, cap, need, elem, first);
+}
 
 int g_node_new(k3_grammar *g) {
     if (g->n_node >= G_MAX_NODES)
         return g->full = 1, -1;
-    g_node *n = k3_grow(g->node, &g->cap_node, (size_t)g->n_node + 1, sizeof *n, 256);
+    g_node *n = g_grow(g, g->node, &g->cap_node, (size_t)g->n_node + 1, sizeof *n, 256);
     if (!n)
         return -1;
     g->node            = n;
@@ -49,7 +77,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (g->n_edge >= G_MAX_EDGES)
         return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g_node *n = &g->node[from];
-    g_edge *v = k3_grow(n->e, &n->cap, (size_t)n->n + 1, sizeof *v, 2);
+    g_edge *v = g_grow(g, n->e, &n->cap, (size_t)n->n + 1, sizeof *v, 2);
     if (!v)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     n->e         = v;
@@ -87,7 +115,7 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
 }
 
 k3_status g_share(k3_grammar *g, int node, int rep) {
-    int32_t *s = k3_grow(g->sh, &g->cap_sh, (size_t)g->n_sh + 1, 2 * sizeof *s, 64); /* pairs */
+    int32_t *s = g_grow(g, g->sh, &g->cap_sh, (size_t)g->n_sh + 1, 2 * sizeof *s, 64); /* pairs */
     if (!s)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g->sh                  = s;
@@ -208,6 +236,8 @@ static int follow_sets(k3_grammar *g) {
     for (int i = 0; i < g->n_node; i++)
         if (g->rule_of[i] == -2)
             g->rule_of[i] = -1;
+    if (g_charge(g, (size_t)nr * (sizeof *g->first + sizeof *g->follow)))
+        goto oom;
     g->first  = k3_calloc((size_t)nr, sizeof *g->first);
     g->follow = k3_calloc((size_t)nr, sizeof *g->follow);
     if (!g->first || !g->follow)
@@ -311,6 +341,16 @@ oom:
 }
 
 k3_status g_finish(k3_grammar *g) {
+    /* its peak beside the automaton, one step at a time: live_marks' scratch (offsets, positions
+     * and a stack per node, 8 bytes a reversed edge), freed; then follow_sets' rule_of and scratch
+     * (17 bytes a node; it charges its rules' first and follow sets), the scratch freed; then the
+     * rest of what it keeps per node (a mask cache entry, share): 48 bytes a node in all, and the
+     * cache passes' scratch (as k3_grammar_bytes counts it) */
+    size_t nn   = (size_t)g->n_node,
+           keep = nn * (sizeof *g->cache + sizeof *g->share + sizeof *g->rule_of) + pass_fixed(g);
+    size_t live = (nn + 1) * 12 + ((size_t)g->n_edge + 1) * 8;
+    if (g_charge(g, live > keep ? live : keep))
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     if (live_marks(g))
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (int i = 0; i < g->n_node; i++) { /* drop edges into dead ends: a mask never strands */
@@ -328,8 +368,9 @@ k3_status g_finish(k3_grammar *g) {
     }
     if (!g->node[g->root].live)
         return k3_err(K3_ERR_ARG, "%s: no document satisfies it (it compiles to nothing)", g->what);
-    if (!(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)) || !(g->pass = pass_new(g)) ||
-        !(g->share = k3_malloc((size_t)g->n_node * sizeof *g->share)) || follow_sets(g))
+    if (follow_sets(g) || !(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)) ||
+        !(g->pass = pass_new(g)) || !(g->share = k3_malloc((size_t)g->n_node * sizeof *g->share)) ||
+        g_charge(g, pass_dfa_bytes(g->pass))) /* its first state's rows: mapped, not yet touched */
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (int i = 0; i < g->n_node; i++)
         g->share[i] = i;
@@ -1060,6 +1101,13 @@ struct g_pass {
     size_t    cache_bytes; /* the cache entries filled so far (k3_grammar_bytes) */
 };
 
+/* The bytes of a grammar's cache passes before any pass: the struct, the per-prefix states and
+ * flags, the accepted-ids mask (k3_grammar_bytes; g_finish charges them to the meter). */
+static size_t pass_fixed(const k3_grammar *g) {
+    return sizeof(g_pass) + (size_t)(g->voc->max_len + 1) * (sizeof(int32_t) + 2) +
+           (size_t)g->voc->words * sizeof(uint64_t);
+}
+
 /* The grammar's cache-pass state (g_finish). */
 static g_pass *pass_new(const k3_grammar *g) {
     int     D = g->voc->max_len + 1;
@@ -1543,6 +1591,10 @@ static size_t dfa_bytes(const g_dfa *d) {
            (size_t)d->hcap * sizeof *d->hash + set_bytes(&d->tmp);
 }
 
+static size_t pass_dfa_bytes(const g_pass *f) {
+    return dfa_bytes(&f->d);
+}
+
 static size_t walk_bytes(const g_walk *w) {
     return (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
            (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) + set_bytes(&w->seen) + set_bytes(&w->work);
@@ -1554,9 +1606,7 @@ size_t k3_grammar_bytes(const k3_grammar *g) {
     pthread_mutex_lock(g->lock);
     size_t b = g->built;
     if (g->pass)
-        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) + walk_bytes(&g->pass->w) +
-             (size_t)(g->voc->max_len + 1) * (sizeof *g->pass->lvs + 2) +
-             (size_t)g->voc->words * sizeof *g->pass->acc;
+        b += pass_fixed(g) + g->pass->cache_bytes + dfa_bytes(&g->pass->d) + walk_bytes(&g->pass->w);
     pthread_mutex_unlock(g->lock);
     return b;
 }

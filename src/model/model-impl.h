@@ -180,6 +180,7 @@ struct k3_session {
     uint64_t      feed_bytes0;       /* stats.expert_bytes_read when the feed began         */
     int           delay_ms;          /* K3_TEST_PREFILL_DELAY                               */
     int           decode_delay_ms;   /* K3_TEST_DECODE_DELAY                                */
+    int           nan_id;            /* K3_TEST_NAN_TOKEN (-1: unset)                       */
 };
 
 /* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */

@@ -263,6 +263,9 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
     k3_status st = k3_setting_env_int(K3_SETTING_TEST_PREFILL_DELAY, &s->delay_ms);
     if (!st)
         st = k3_setting_env_int(K3_SETTING_TEST_DECODE_DELAY, &s->decode_delay_ms);
+    s->nan_id = -1;
+    if (!st)
+        st = k3_setting_env_int(K3_SETTING_TEST_NAN_TOKEN, &s->nan_id);
     if (st)
         goto fail;
 

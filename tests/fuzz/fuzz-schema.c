@@ -23,10 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(t, data + 1, size - 1);
         t[size - 1] = 0;
         st = k3_grammar_tool_calls(voc, t, size > 2 && data[1] == '[' ? NULL : "f", 1 + (int)(size % 4),
-                                   (int)(size & 1), &g);
+                                   (int)(size & 1), NULL, &g);
         free(t);
     } else
-        st = k3_grammar_json_schema(voc, (const char *)data, size, &g);
+        st = k3_grammar_json_schema(voc, (const char *)data, size, NULL, &g);
     if (st != K3_OK) {
         FZ_CHECK(k3_errmsg()[0] != 0);
         return 0;

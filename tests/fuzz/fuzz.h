@@ -54,7 +54,7 @@ static const char *fz_write(const char *name, const uint8_t *data, size_t size) 
 
 /* Two files from one input: the bytes before the first NUL go to scratch/first, the bytes after
  * it to scratch/second; without a NUL, second is removed (the "file absent" case). */
-static void fz_write_split(const char *first, const char *second, const uint8_t *data, size_t size) {
+static inline void fz_write_split(const char *first, const char *second, const uint8_t *data, size_t size) {
     size_t cut = size;
     for (size_t i = 0; i < size; i++)
         if (data[i] == 0) {

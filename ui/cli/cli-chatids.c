@@ -25,7 +25,7 @@ int cli_chat_ids(const ui_opts *o) {
     if (k3_tok_load(o->dir, o->pattern, &tok) || k3_conv_load(c, o->file, &info))
         goto fail;
     char notes[400]; /* the one rule for invalid UTF-8: U+FFFD, and say so; a torn line too */
-    ue_load_notes(&info, notes, sizeof notes);
+    ue_load_notes(&info, NULL, notes, sizeof notes); /* no model: no fingerprint to compare */
     if (notes[0])
         txt_term_printf(stderr, "k3chat: %s: %s\n", o->file, notes);
     k3_conv_get_settings(c, &set);

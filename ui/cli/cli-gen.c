@@ -90,7 +90,7 @@ static int load_grammar(const ui_opts *o, const k3_buf *schema, const k3_tok *to
         return 0;
     k3_status st;
     if (!(st = k3_gvocab_new(tok, n_vocab, eos, voc)))
-        st = o->json_schema ? k3_grammar_json_schema(*voc, schema->p ? schema->p : "", schema->n, g)
+        st = o->json_schema ? k3_grammar_json_schema(*voc, schema->p ? schema->p : "", schema->n, NULL, g)
                             : k3_grammar_json_object(*voc, g);
     if (st) {
         txt_term_printf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",

@@ -145,6 +145,7 @@ typedef struct plain {
     int           stop_told; /* the stop did not come and the user was told so      */
     int           abandon;   /* quitting without the worker, which did not stop     */
     int           rescued;   /* ue_rescue's result then                             */
+    int           behind;    /* a Ctrl-C ended a wait for the worker (settle_int)    */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
@@ -555,10 +556,9 @@ static void drain(plain *p, int until_done) {
     p->stop_told  = 0;
     for (;;) {
         ui_ev e;
-        if (got_int) {
+        if (got_int && until_done) { /* else it is settle's, which calls this between its waits */
             got_int = 0;
-            if (until_done)
-                stop_key(p);
+            stop_key(p);
             if (p->abandon)
                 return;
         }
@@ -590,13 +590,46 @@ static void drain(plain *p, int until_done) {
         die_by(got_term);
 }
 
+/* Ctrl-C while settle waits for the engine. A command can block its worker for good (a /load
+ * of a FIFO no one writes, a file system or server that does not answer) and no signal gets it
+ * out of such a read, so nothing is cancelled: the command stays the worker's, its result shows
+ * when it ends (at a later prompt), and what is typed meanwhile is posted behind it. At a quit
+ * (quitting) k3chat goes without waiting for it, as a turn that does not stop is left. */
+static void settle_int(plain *p, int quitting) {
+    progress_end(p);
+    txt_term_end(stderr, &p->esc_err);
+    if (isatty(STDIN_FILENO))
+        fputc('\n', stderr); /* after the terminal's own ^C (no line editor reads now) */
+    if (quitting) {
+        txt_term_printf(stderr, "k3chat: quitting without waiting for the engine\n");
+        ue_stop(p->eng);
+        p->abandon = 1;
+        return;
+    }
+    p->behind = 1;
+    if (!atomic_load(&p->eng->ready)) {
+        txt_term_printf(stderr, "k3chat: the model is still loading; what was typed runs once it has "
+                                "loaded (Ctrl-C or Ctrl-D at an empty prompt quits)\n");
+        return;
+    }
+    txt_term_printf(stderr,
+                    "k3chat: the engine has not finished the command (it may be blocked reading a FIFO, "
+                    "a file system or a server that does not answer); its result shows when it ends, and "
+                    "what is typed now waits for it\n");
+}
+
 /* Wait until the engine has run every command posted so far (load, save, ...) and their
  * events are printed: the worker answers each command with an EV_ACK after its other events,
  * so this waits for the acknowledgements rather than for a time, however late the worker
- * picks a command up. */
-static void settle(plain *p) {
+ * picks a command up. Ctrl-C ends the wait (settle_int, quitting: a quit's last wait): 1 then. */
+static int settle(plain *p, int quitting) {
     while (!p->fatal && !p->abandon && (!atomic_load(&p->eng->ready) || p->acked != p->eng->posted)) {
         ui_ev e;
+        if (got_int) {
+            got_int = 0;
+            settle_int(p, quitting);
+            return 1;
+        }
         if (ev_wait(p->q, &e, 0.01)) {
             on_event(p, &e);
             ev_free(&e);
@@ -604,6 +637,8 @@ static void settle(plain *p) {
         drain(p, 0);
     }
     drain(p, 0);
+    p->behind = 0;
+    return 0;
 }
 
 /* On a terminal, quitting (or /clear) would drop turns that are on no disk (the autosave failed
@@ -675,7 +710,7 @@ static int handle_text(plain *p, char *line) {
                 p->replaying = 1;
                 drain(p, 1);
             } else
-                settle(p);
+                settle(p, 0);
             return 0;
         }
         switch (r.id) {
@@ -699,7 +734,7 @@ static int handle_text(plain *p, char *line) {
             if (keep_unsaved(p, p->el != NULL, "", UE_DROP_CLEAR))
                 break;
             ue_clear(p->eng);
-            settle(p);
+            settle(p, 0);
             break;
         case CMD_RETRY:
             ans_drop(p, p->n_ans - 1);
@@ -707,7 +742,7 @@ static int handle_text(plain *p, char *line) {
             p->turn_started = 0;
             ue_retry(p->eng, &p->cs.gen);
             drain(p, 1);
-            settle(p);
+            settle(p, 0);
             p->redo = 0;
             break;
         case CMD_UNDO:
@@ -716,11 +751,11 @@ static int handle_text(plain *p, char *line) {
             free(p->last_user);
             p->last_user = NULL;
             ue_undo(p->eng);
-            settle(p);
+            settle(p, 0);
             break;
         case CMD_FORGET:
             ue_forget(p->eng);
-            settle(p);
+            settle(p, 0);
             break;
         case CMD_QUIT:
             return 1;
@@ -730,8 +765,8 @@ static int handle_text(plain *p, char *line) {
         case CMD_STATS:
             p->want_stats = 1;
             ue_stats_req(p->eng);
-            settle(p);
-            if (p->want_stats) { /* no engine to ask (it failed to load): what the UI knows */
+            if (!settle(p, 0) && p->want_stats) { /* no engine to ask (it failed to load): what the UI
+                                                    knows; after a Ctrl-C the engine's comes later */
                 p->want_stats = 0;
                 print_stats(p, &p->st);
             }
@@ -758,7 +793,7 @@ static int handle_text(plain *p, char *line) {
     free(p->last_user);
     p->last_user = strdup(text);
     drain(p, 1);
-    settle(p); /* what the worker says after the turn (an autosave failure) before the next prompt */
+    settle(p, 0); /* what the worker says after the turn (an autosave failure) before the next prompt */
     p->redo = 0;
     return p->fatal || p->abandon;
 }
@@ -847,7 +882,7 @@ int cli_plain(const ui_opts *o) {
         ue_system(p->eng, o->system);
     if (o->load) {
         ue_load(p->eng, o->load);
-        settle(p);
+        settle(p, 0);
     }
 
     EditLine        *el   = NULL;
@@ -986,8 +1021,11 @@ int cli_plain(const ui_opts *o) {
         ue_stop(p->eng);
         p->abandon = 1;
     }
+    if (!p->fatal && !p->abandon && p->behind)
+        txt_term_printf(stderr,
+                        "k3chat: waiting for the engine to finish a command (Ctrl-C quits without it)\n");
     if (!p->fatal && !p->abandon)
-        settle(p);
+        settle(p, 1);
     if (el)
         el_end(el);
     if (hist)

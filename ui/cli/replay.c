@@ -62,16 +62,11 @@ int cli_replay(const ui_opts *o) {
     if (k3_conv_set_settings(c, &set))
         goto fail;
     char notes[400];
-    ue_load_notes(&info, notes, sizeof notes);
+    ue_load_notes(&info, c, notes, sizeof notes);
+    /* the reason may quote the file, and the file's name and its fingerprint are outside text:
+     * escaped (a name with OSC 0 set the terminal's title, into a pipe or not) */
     if (notes[0])
-        txt_term_printf(stdout, "replay: %s: %s\n", o->file, notes); /* the reason may quote the file */
-    /* the file's name and its fingerprint are outside text: escaped (a name with OSC 0 set the
-     * terminal's title, into a pipe or not) */
-    if (info.config_fnv64[0] && strcmp(info.config_fnv64, k3_conv_model_fingerprint(c)))
-        txt_term_printf(stdout,
-                        "replay: note: the transcript was made with another model configuration (config.json "
-                        "fingerprint %s, this model %s)\n",
-                        info.config_fnv64, k3_conv_model_fingerprint(c));
+        txt_term_printf(stdout, "replay: %s: %s\n", o->file, notes);
     txt_term_printf(stdout, "replay: %s: %d messages; think %s, effort %s, temperature %g, top-p %g, %s\n",
                     o->file, info.n_messages, set.think ? "on" : "off", set.effort, (double)set.sampling.temp,
                     (double)set.sampling.top_p,

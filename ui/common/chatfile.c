@@ -80,6 +80,15 @@ int chat_file_may_replace(const char *cmd, const char *path, int kind, int force
                  cmd, path, cmd, path, n && path[n - 1] == '/' ? "" : "/", ext[kind]);
         return -1;
     }
+    /* a device, --force or not: the save's rename would put a regular file in place of the node
+     * (as root, /dev/full or /dev/null itself), and writing into it cannot make a transcript */
+    if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) {
+        snprintf(msg, mn,
+                 "%s: %.3000s is a device; nothing was written, --force or not (the file would replace the "
+                 "device node; name a regular file)",
+                 cmd, path);
+        return -1;
+    }
     if (force)
         return 0;
     const char *why = NULL;

@@ -19,7 +19,8 @@ enum { CHAT_FILE_TRANSCRIPT = 0, CHAT_FILE_EXPORT = 1 };
 int chat_file_arg(const char *cmd, const char *arg, char *buf, size_t n, int *force, char *msg, size_t mn);
 
 /* May cmd write path as a file of kind (CHAT_FILE_*)? 0: path does not exist, or is an empty
- * regular file or one k3chat wrote as that kind, or anything but a directory with force (--force);
- * -1 with msg saying why not and that "cmd --force FILE" replaces it (a directory: that a file in
- * it must be named, --force or not). Errors of lstat other than ENOENT are left to the write. */
+ * regular file or one k3chat wrote as that kind, or anything but a directory or a device with force
+ * (--force); -1 with msg saying why not and that "cmd --force FILE" replaces it (a directory: that a
+ * file in it must be named, and a device, --force or not). Errors of lstat other than ENOENT are left to the
+ * write. */
 int chat_file_may_replace(const char *cmd, const char *path, int kind, int force, char *msg, size_t mn);

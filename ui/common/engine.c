@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void *worker_main(void *arg) {
@@ -48,7 +49,8 @@ static void *worker_main(void *arg) {
             ev_push(u->out, &ack);
         } else {
             if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS && c.type != EV_CMD_SETTINGS)
-                ev_push_text(u->out, EV_ERROR, "no model is loaded");
+                ue_emitf(u, EV_ERROR, "not done: the engine did not start (%s)",
+                         err[0] ? err : "see the error above");
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         }
@@ -143,9 +145,24 @@ static int is_turn(int type) {
     return type == EV_CMD_SEND || type == EV_CMD_RETRY || type == EV_CMD_EDIT;
 }
 
-void ue_turn_begin(ue *u, const k3_conv *c) {
+void ue_turn_begin(ue *u, k3_conv *c) {
+    pthread_mutex_lock(&u->mu);
+    int on = u->autosave_on;
+    pthread_mutex_unlock(&u->mu);
+    /* The user's message goes to the autosave before the answer begins: a turn may run for
+     * minutes, and a crash, the OOM killer or a power cut during it then loses the answer only,
+     * not what was typed. A failure is kept (k3_conv_autosave_error) and said at the turn's end,
+     * whose autosave tries again; the turn's end is still to write (turn_saved back to 0). */
+    if (on) {
+        k3_conv_autosave(c);
+        ue_note_saved(u, c);
+        pthread_mutex_lock(&u->mu);
+        if (u->turn_saved == 1)
+            u->turn_saved = 0;
+        pthread_mutex_unlock(&u->mu);
+    }
     /* the messages the autosave lacks (all of them after an edit): NULL, the rescue says why */
-    k3_conv *copy = u->autosave_on ? k3_conv_copy_unsaved(c) : NULL;
+    k3_conv *copy = on ? k3_conv_copy_unsaved(c) : NULL;
     u->call_open  = 0; /* a call the turn before left open (stopped inside it) is not closed here */
     u->call_after = 0;
     u->call_esc.n = 0;
@@ -591,16 +608,22 @@ static const char *plural(int n) {
     return n == 1 ? "" : "s";
 }
 
-void ue_load_notes(const k3_load_info *li, char *buf, size_t n) {
-    int k  = 0;
-    buf[0] = 0;
+void ue_load_notes(const k3_load_info *li, const k3_conv *c, char *buf, size_t n) {
+    int         k  = 0;
+    const char *fp = c ? k3_conv_model_fingerprint(c) : NULL;
+    buf[0]         = 0;
     if (li->torn_line)
         k = snprintf(buf, n, "line %d, a torn final line (an interrupted write), was ignored: %s",
                      li->torn_line, li->torn_why);
     if (li->utf8_fixed && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k,
+                      "%sinvalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d",
+                      k ? "; " : "", li->utf8_fixed, plural(li->utf8_fixed), li->utf8_line, li->utf8_byte);
+    /* its token_ids and answers are another model's: a --replay differs, and says why */
+    if (fp && *fp && li->config_fnv64[0] && strcmp(fp, li->config_fnv64) && k >= 0 && (size_t)k < n)
         snprintf(buf + k, n - (size_t)k,
-                 "%sinvalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d",
-                 k ? "; " : "", li->utf8_fixed, plural(li->utf8_fixed), li->utf8_line, li->utf8_byte);
+                 "%smade with another model configuration: config.json fingerprint %s, this model's %s",
+                 k ? "; " : "", li->config_fnv64, fp);
 }
 
 /* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
@@ -707,6 +730,9 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_emitf(u, EV_ERROR, "%s", msg);
         } else if (k3_conv_save(c, cmd->text) != K3_OK) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
+            struct stat sb; /* a name claimed for it is not left behind as an empty file */
+            if (cmd->x == UE_SAVE_CLAIMED && lstat(cmd->text, &sb) == 0 && S_ISREG(sb.st_mode) && !sb.st_size)
+                unlink(cmd->text);
         } else {
             atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
             char ab[48] = "";             /* the file holds the abandoned branches too (/edit, /retry) */
@@ -726,7 +752,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         atomic_store(&u->unsaved, 0); /* the conversation is the file's */
         ue_send_history(u, c);
         char notes[400];
-        ue_load_notes(&li, notes, sizeof notes);
+        ue_load_notes(&li, c, notes, sizeof notes);
         ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s%s", li.n_messages, plural(li.n_messages),
                  cmd->text, notes[0] ? " (" : "", notes, notes[0] ? ")" : "");
         if (li.has_settings) { /* the next turns continue with the transcript's settings */

@@ -131,7 +131,10 @@ void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (o
 void ue_forget_fit(ue *u);
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
-void ue_save(ue *u, const char *path, int force); /* force: replace any file (chatfile.h) */
+/* force: replace any file (chatfile.h); UE_SAVE_CLAIMED: path is the empty file
+ * chat_default_save_path made for this save, removed when the save fails */
+void ue_save(ue *u, const char *path, int force);
+#define UE_SAVE_CLAIMED 2
 void ue_load(ue *u, const char *path);
 void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
@@ -150,10 +153,11 @@ struct k3_replay_turn;
 void ue_replay_diff(const struct k3_replay_turn *t, char *buf, size_t n);
 /* What k3_conv_load set aside, the same words for /load, /replay, --replay and --chat-ids:
  * "" or "line 3, a torn final line (an interrupted write), was ignored: invalid JSON at ...;
- * invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 5". The text may
- * quote the file: it reaches a terminal escaped. */
+ * invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 5", and that the file
+ * was made with another model configuration than c's (its config.json fingerprint; c NULL or
+ * without a model: not compared). The text may quote the file: it reaches a terminal escaped. */
 struct k3_load_info;
-void ue_load_notes(const struct k3_load_info *li, char *buf, size_t n);
+void ue_load_notes(const struct k3_load_info *li, const struct k3_conv *c, char *buf, size_t n);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {
@@ -189,9 +193,9 @@ void ue_conv_autosave(ue *u, struct k3_conv *c);
  * write one turn. */
 void ue_conv_autosave_enable(ue *u, struct k3_conv *c);
 /* On the worker, once a turn's history and settings are in c (the user's message added, or a
- * /retry's or an /edit's branch made): keeps a copy of c for ue_rescue. The command's end
- * drops it (worker_main). */
-void ue_turn_begin(ue *u, const struct k3_conv *c);
+ * /retry's or an /edit's branch made): autosaves c (the user's message is on disk before the
+ * answer begins) and keeps a copy of c for ue_rescue. The command's end drops it (worker_main). */
+void ue_turn_begin(ue *u, struct k3_conv *c);
 /* 1 once ue_rescue has taken the turn in progress (the worker's end of turn then writes nothing);
  * any thread. */
 int ue_turn_rescued(ue *u);

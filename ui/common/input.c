@@ -33,7 +33,18 @@ struct inp {
     size_t      text_cap;
     char        hint[1024];
     char       *found; /* the last history entry inp_history_find returned (UTF-8) */
+    /* Undo (Ctrl-_) and redo (Alt-_): the line as it was before each change, newest last */
+    struct snap {
+        wchar_t *s; /* (n) the line                            */
+        size_t   n, cur;
+    } * undo, *redo;
+    int    n_undo, cap_undo, n_redo, cap_redo;
+    size_t snap_bytes; /* held in both stacks (UNDO_BYTES at most)  */
+    int    typing;     /* the last change typed a character of a word: the next such one joins it */
 };
+
+enum { UNDO_MAX = 200 };
+#define UNDO_BYTES ((size_t)64 << 20)
 
 static int getc_fn(EditLine *el, wchar_t *c) {
     inp *in;
@@ -207,10 +218,113 @@ void inp_free(inp *in) {
         fclose(in->null_out);
     if (in->pty_master >= 0)
         close(in->pty_master);
+    for (int k = 0; k < in->n_undo; k++)
+        free(in->undo[k].s);
+    for (int k = 0; k < in->n_redo; k++)
+        free(in->redo[k].s);
+    free(in->undo);
+    free(in->redo);
     free(in->histfile);
     free(in->text);
     free(in->found);
     free(in);
+}
+
+/* ==== undo and redo =========================================================================
+ * Whole-line snapshots: a line is short next to what a snapshot per change costs to get right
+ * through every libedit command (kill, yank, transpose, completion, history). Words typed go as
+ * one change; a deletion, a paste, a clear (Ctrl-C) each are one. Both stacks together hold at
+ * most UNDO_BYTES (the oldest snapshots go first), so a pasted megabyte edited many times does
+ * not keep a copy per edit. */
+
+static int line_is(inp *in, const struct snap *sn) {
+    const LineInfoW *li = el_wline(in->el);
+    return (size_t)(li->lastchar - li->buffer) == sn->n && !wmemcmp(li->buffer, sn->s, sn->n);
+}
+
+static int snap_take(inp *in, struct snap *sn) {
+    const LineInfoW *li = el_wline(in->el);
+    sn->n               = (size_t)(li->lastchar - li->buffer);
+    sn->cur             = (size_t)(li->cursor - li->buffer);
+    sn->s               = malloc((sn->n + 1) * sizeof *sn->s);
+    if (!sn->s)
+        return -1;
+    wmemcpy(sn->s, li->buffer, sn->n);
+    return 0;
+}
+
+static void snap_drop(inp *in, struct snap *stack, int *n, int k) {
+    in->snap_bytes -= stack[k].n * sizeof(wchar_t);
+    free(stack[k].s);
+    memmove(stack + k, stack + k + 1, (size_t)(*n - k - 1) * sizeof *stack);
+    (*n)--;
+}
+
+/* Push sn (taken) on a stack; the oldest snapshots go while over the limits. */
+static void snap_push(inp *in, struct snap **stack, int *n, int *cap, struct snap *sn) {
+    struct snap *st = k3_grow(*stack, cap, (size_t)*n + 1, sizeof *st, 16);
+    if (!st) {
+        free(sn->s);
+        return;
+    }
+    *stack           = st;
+    (*stack)[(*n)++] = *sn;
+    in->snap_bytes += sn->n * sizeof(wchar_t);
+    while (*n > 1 && (*n > UNDO_MAX || in->snap_bytes > UNDO_BYTES))
+        snap_drop(in, *stack, n, 0);
+}
+
+static void redo_clear(inp *in) {
+    while (in->n_redo)
+        snap_drop(in, in->redo, &in->n_redo, in->n_redo - 1);
+}
+
+/* The line as it was (before a change): sn, taken before it. */
+static void undo_record(inp *in, struct snap *sn) {
+    snap_push(in, &in->undo, &in->n_undo, &in->cap_undo, sn);
+    redo_clear(in);
+}
+
+void inp_undo_mark(inp *in) {
+    struct snap sn;
+    in->typing = 0;
+    if (in->n_undo && line_is(in, &in->undo[in->n_undo - 1]))
+        return; /* nothing changed since the last mark */
+    if (snap_take(in, &sn) == 0)
+        undo_record(in, &sn);
+}
+
+/* Put the line back as sn has it (sn's text stays sn's). */
+static void snap_restore(inp *in, const struct snap *sn) {
+    wchar_t *w = malloc((sn->n + 1) * sizeof *w);
+    if (!w)
+        return;
+    wmemcpy(w, sn->s, sn->n);
+    w[sn->n] = 0;
+    el_reset(in->el);
+    in->nfeed = 0;
+    if (sn->n)
+        el_winsertstr(in->el, w);
+    free(w);
+    el_cursor(in->el, -(int)(sn->n - sn->cur));
+}
+
+/* Ctrl-_ (redo 0) or Alt-_ (redo 1): the line one change back or on; 0 when there is none. */
+static int undo_step(inp *in, int redo) {
+    struct snap *from = redo ? in->redo : in->undo, now;
+    int         *n    = redo ? &in->n_redo : &in->n_undo;
+    in->typing        = 0;
+    while (*n && line_is(in, &from[*n - 1]))
+        snap_drop(in, from, n, *n - 1); /* a mark with no change after it */
+    if (!*n || snap_take(in, &now) != 0)
+        return 0;
+    snap_restore(in, &from[*n - 1]);
+    snap_drop(in, from, n, *n - 1);
+    if (redo)
+        snap_push(in, &in->undo, &in->n_undo, &in->cap_undo, &now);
+    else
+        snap_push(in, &in->redo, &in->n_redo, &in->cap_redo, &now);
+    return 1;
 }
 
 /* The line as UTF-8 (into in->text); cursor byte offset. */
@@ -462,9 +576,25 @@ int inp_key(inp *in, wchar_t key, char **line) {
     int nread;
     *line         = NULL;
     in->saw_enter = 0;
+    if (key == 31 || (key == L'_' && in->nfeed == 1 && in->feed[0] == 27)) { /* Ctrl-_, Alt-_ */
+        in->nfeed = 0;
+        undo_step(in, key != 31);
+        return 0;
+    }
+    struct snap before;
+    int         have = snap_take(in, &before) == 0;
+    /* a character of a word typed (not a control key, Backspace or a meta key's second one) */
+    int word = key > L' ' && key != 127 && !(key >= 0x80 && key < 0xA0) && in->nfeed == 0;
     if (in->nfeed < (int)(sizeof in->feed / sizeof *in->feed))
         in->feed[in->nfeed++] = key;
     el_wgets(in->el, &nread);
+    int changed = have && !line_is(in, &before);
+    if (changed && !(word && in->typing))
+        undo_record(in, &before);
+    else if (have)
+        free(before.s);
+    if (changed)
+        in->typing = word;
     if (in->saw_enter) {
         /* a command that ended on Enter (Ctrl-R search) pushes the Enter back as input:
          * let libedit run it now rather than at the next key */
@@ -480,5 +610,9 @@ int inp_key(inp *in, wchar_t key, char **line) {
     line_utf8(in, li->buffer, li->lastchar - 1, li->lastchar, &c);
     *line = strdup(in->text ? in->text : "");
     el_reset(in->el);
+    in->typing = 0; /* the line sent: undo and redo are the next draft's */
+    while (in->n_undo)
+        snap_drop(in, in->undo, &in->n_undo, in->n_undo - 1);
+    redo_clear(in);
     return *line != NULL;
 }

@@ -29,6 +29,10 @@ int inp_key(inp *in, wchar_t key, char **line);
 void inp_prefeed(inp *in, wchar_t key);
 void inp_insert(inp *in, const char *utf8); /* insert text at the cursor (paste, newline)  */
 void inp_clear(inp *in);
+/* Ctrl-_ undoes the last change to the line (a word typed, a deletion, a libedit command), Alt-_
+ * redoes it (inp_key). Changes made by the calls above (inp_insert, inp_clear) are not recorded
+ * by themselves: call this first, and the line as it is now is one undo away. */
+void inp_undo_mark(inp *in);
 /* Bind Backspace, Ctrl-D and Delete, Ctrl-B, Ctrl-F and the arrows of an EditLine (the chat's
  * input line, line mode's) to commands that act on a whole grapheme cluster (an emoji sequence,
  * a letter with its accents). */

@@ -219,7 +219,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             return 1;
         }
         if (eng)
-            ue_save(eng, path, force);
+            ue_save(eng, path, r->arg[0] ? force : UE_SAVE_CLAIMED);
         return 1;
     }
     case CMD_LOAD:

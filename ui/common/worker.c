@@ -274,7 +274,7 @@ static void replay(real *r, const char *path, const ue_gen *g) {
     for (int k = 0; k < k3_conv_count(saved); k++)
         n_user += k3_conv_msg(saved, k)->role == K3_ROLE_USER;
     char notes[400];
-    ue_load_notes(&li, notes, sizeof notes);
+    ue_load_notes(&li, r->c, notes, sizeof notes);
     ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s%s%s (Ctrl-C stops)", path, n_user,
              n_user == 1 ? "" : "s", notes[0] ? "; " : "", notes);
     k3_conv_settings set;

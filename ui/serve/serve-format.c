@@ -41,7 +41,7 @@ void sformat_done(void) {
     tok  = NULL;
 }
 
-int sformat_parse(json_t *b, sformat_req *r, stools_err *e) {
+int sformat_parse(json_t *b, k3_gmeter *meter, sformat_req *r, stools_err *e) {
     json_t *v = json_object_get(b, "response_format"), *js, *sch;
     memset(r, 0, sizeof *r);
     if (!v || json_is_null(v))
@@ -78,7 +78,7 @@ int sformat_parse(json_t *b, sformat_req *r, stools_err *e) {
     snprintf(r->type, sizeof r->type, "json_schema");
     if (!voc) /* serve_check_body without a model: the shape only */
         return 0;
-    k3_status cs = k3_grammar_json_schema(voc, r->schema, strlen(r->schema), &r->g);
+    k3_status cs = k3_grammar_json_schema(voc, r->schema, strlen(r->schema), meter, &r->g);
     if (cs) {
         int rc =
             serve_bad(e, cs == K3_ERR_UNSUPPORTED ? "unsupported_value" : "invalid_value",
@@ -90,7 +90,7 @@ int sformat_parse(json_t *b, sformat_req *r, stools_err *e) {
     return 0;
 }
 
-int sformat_tools(const stools_req *tl, sformat_req *r, stools_err *e) {
+int sformat_tools(const stools_req *tl, k3_gmeter *meter, sformat_req *r, stools_err *e) {
     int required = !strcmp(tl->tool_choice, "required");
     if (!tl->tools || !strcmp(tl->tool_choice, "none") || !(required || tl->named || tl->single))
         return 0;
@@ -103,7 +103,7 @@ int sformat_tools(const stools_req *tl, sformat_req *r, stools_err *e) {
     if (!voc)
         return 0;
     k3_status st = k3_grammar_tool_calls(voc, tl->tools, tl->named, tl->single ? 1 : STOOLS_MAX_CALLS,
-                                         !required && !tl->named, &r->g);
+                                         !required && !tl->named, meter, &r->g);
     if (st)
         return serve_bad(e, st == K3_ERR_UNSUPPORTED ? "unsupported_value" : "invalid_value", "tools: %s",
                          k3_errmsg());

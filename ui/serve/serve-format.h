@@ -20,9 +20,11 @@ typedef struct sformat_req {
 k3_status sformat_init(const k3_model *m, const k3_model_info *info);
 void      sformat_done(void);
 /* response_format of body: 400 (e filled, -1) for a malformed one, an unsupported schema
- * keyword (named with its path) or a schema no document satisfies. */
-int  sformat_parse(json_t *body, sformat_req *r, stools_err *e);
+ * keyword (named with its path) or a schema no document satisfies; meter: the compile's (NULL:
+ * none; when it refused, e holds the compile's words and the caller, whose limit it was, says
+ * which limit). */
+int  sformat_parse(json_t *body, k3_gmeter *meter, sformat_req *r, stools_err *e);
 void sformat_free(sformat_req *r);
 /* tool_choice required or named, or parallel_tool_calls false, with tools: the tool-call
  * grammar into r (-1 with e filled: with a response_format, or arguments it cannot type). */
-int sformat_tools(const stools_req *tl, sformat_req *r, stools_err *e);
+int sformat_tools(const stools_req *tl, k3_gmeter *meter, sformat_req *r, stools_err *e);

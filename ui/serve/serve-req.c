@@ -415,7 +415,7 @@ static int parse_fields(json_t *b, perr *e) {
     return 0;
 }
 
-int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr *e) {
+int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, k3_gmeter *meter, sreq *r, perr *e) {
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
     if (parse_fields(b, e))
@@ -495,7 +495,7 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
     }
     if (parse_vllm_sampling(b, r, e) || parse_penalties_bias(b, info, r, e) ||
         stools_parse_request(b, &r->tl, e) || stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) ||
-        sformat_parse(b, &r->fmt, e) || sformat_tools(&r->tl, &r->fmt, e))
+        sformat_parse(b, meter, &r->fmt, e) || sformat_tools(&r->tl, meter, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
@@ -733,7 +733,7 @@ int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
     memset(&e, 0, sizeof e);
     k3_model_info info;
     memset(&info, 0, sizeof info);
-    int rc = sreq_parse(b, 1, &info, &r, &e);
+    int rc = sreq_parse(b, 1, &info, NULL, &r, &e);
     if (rc)
         snprintf(err, errn, "%s", e.msg);
     sreq_free(&r);

@@ -84,7 +84,7 @@ typedef struct sreq {
 } sreq;
 
 /* The request in body b (a JSON object; nth, a number no other request has, goes into the default
- * seed; info gives the model's sampling defaults). 0, or -1 with e filled (r then holds what was
- * read: sreq_free). */
-int  sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr *e);
+ * seed; info gives the model's sampling defaults; meter: its grammar's compile meter, NULL for
+ * none). 0, or -1 with e filled (r then holds what was read: sreq_free). */
+int  sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, k3_gmeter *meter, sreq *r, perr *e);
 void sreq_free(sreq *r);

@@ -86,8 +86,7 @@
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 #define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
-#define SERVE_ADDR_SHARE SERVE_MAX_N /* choices a client address may hold once the queue is full */
-#define SERVE_FAIR_SCAN 1024         /* queued jobs an admission looks over for the fairest */
+#define SERVE_FAIR_SCAN 1024 /* queued jobs an admission looks over for the fairest */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -177,6 +176,7 @@ static struct server {
     job            *head, *tail;      /* queue (FIFO)                           */
     int             n_queued, max_queue;
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
+    int             share;      /* choices an address may hold once it is full (K3_SERVE_SHARE) */
     int             gram_mb;    /* the budget of the requests' grammars (K3_SERVE_GRAMMAR_MB) */
     int             gram_auto;  /* 1: that budget is gram_default_mb's (the variable unset or 0) */
     size_t          gram_held;  /* bytes they hold now, queued and running */
@@ -238,6 +238,30 @@ static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
     srv.gram_held += turn - j->gram;
     j->gram = turn;
     return own + turn;
+}
+
+/* A request's grammar compile (sreq_parse, before its jobs exist) is charged to the server's total
+ * as it grows, K3_GMETER_STEP at a time, while the budget has room: the compiles running at once
+ * (SERVE_PARSING) take what the grammars held leave, never more, and one that would pass it stops
+ * there (a 400 when nothing else was held, else a 503). Once it is compiled, the request's own
+ * charge (gram_charge_locked, what the grammar holds) replaces the steps granted. */
+typedef struct gram_meter {
+    k3_gmeter m;
+    size_t    others; /* at a refusal: the bytes the others held                          */
+    int       alone;  /* at a refusal: it alone would pass the budget, the others' bytes or not */
+} gram_meter;
+
+static int gram_meter_charge(void *ud, size_t n) {
+    gram_meter *gm = ud;
+    pthread_mutex_lock(&srv.mu);
+    int over = srv.gram_held + n > (size_t)srv.gram_mb << 20;
+    if (over) {
+        gm->others = srv.gram_held - gm->m.granted;
+        gm->alone  = gm->m.granted + n > (size_t)srv.gram_mb << 20;
+    } else
+        srv.gram_held += n;
+    pthread_mutex_unlock(&srv.mu);
+    return over;
 }
 
 /* Drops j's share of its request (the last job frees it). Lock held. */
@@ -309,7 +333,7 @@ static void job_expire_locked(job *j) {
  *
  * Fairness counts choices (jobs), not connections: one request of n 16 takes 16 places. While
  * the queue has room every request is taken; once it is full, an address may hold at most
- * SERVE_ADDR_SHARE choices queued and running. A request from an address within it takes the
+ * srv.share choices queued and running (K3_SERVE_SHARE). A request from an address within it takes the
  * places of the newest queued requests of the addresses that hold the most beyond it (each
  * answered 429 client_share), and one that would take its own address past it is refused with
  * 429 client_share: one client cannot keep the others out, however it spreads its choices over
@@ -325,11 +349,11 @@ static int addr_jobs_locked(const char *ip) {
     return n;
 }
 
-/* The newest queued job of the address that holds the most choices beyond SERVE_ADDR_SHARE (how
+/* The newest queued job of the address that holds the most choices beyond srv.share (how
  * many in *held), NULL when none is over it. Lock held. */
 static job *share_victim_locked(int *held) {
     job *v    = NULL;
-    int  most = SERVE_ADDR_SHARE;
+    int  most = srv.share;
     for (job *q = srv.head; q; q = q->next) { /* each address once: at its first queued job */
         const job *f = srv.head;
         while (strcmp(f->ip, q->ip))
@@ -359,10 +383,9 @@ static int share_make_room_locked(int n) {
         snprintf(m, sizeof m,
                  "the server's queue is full and this request gave way to one from another client: this "
                  "client address held %d choices queued and running, more than its share of %d once the "
-                 "queue is full; retry later",
-                 held, SERVE_ADDR_SHARE);
-        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held,
-                  SERVE_ADDR_SHARE);
+                 "queue is full (K3_SERVE_SHARE); retry later",
+                 held, srv.share);
+        serve_log("#%u 429: gave way (its address held %d choices, its share %d)", v->seq, held, srv.share);
         char id[sizeof v->id];
         snprintf(id, sizeof id, "%s", v->id);
         for (job *q = srv.head, *nx; q; q = nx) { /* every queued choice of that request */
@@ -1300,6 +1323,33 @@ static json_t *choice_obj(const job *j) {
                      j->r->logprobs ? logprobs_obj(lp) : json_null(), "finish_reason", j->finish);
 }
 
+/* Request seq's grammar takes the grammars' total past their budget: bytes (its own, or, `when`
+ * its compile stopped, what the compile had built), held: the others'; alone: nothing else could
+ * make room (400 grammar_too_large), else 503 grammar_budget. Sizes to a tenth of a MB (a compile
+ * that stops at its first step has taken less than one). */
+static void gram_refuse(http_req *con, unsigned seq, int alone, size_t held, size_t bytes, const char *when) {
+    char   m[400];
+    double mb = (double)bytes / (1 << 20), hmb = (double)held / (1 << 20);
+    pthread_mutex_lock(&srv.mu);
+    int q = srv.n_queued, a = srv.n_active;
+    pthread_mutex_unlock(&srv.mu);
+    if (alone)
+        snprintf(
+            m, sizeof m,
+            "the grammar of response_format or tool_choice takes %s%.1f MB%s%s (for all n choices), more "
+            "than the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
+            *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
+    else
+        snprintf(m, sizeof m,
+                 "the server is busy: the grammars of the requests it holds take %.1f MB, and this one's "
+                 "%s%.1f MB%s%s would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
+                 hmb, *when ? "over " : "", mb, *when ? " " : "", when, srv.gram_mb);
+    serve_log("#%u %d: grammar budget (%s%.1f MB%s%s; %.1f MB held, %d active, %d queued)", seq,
+              alone ? 400 : 503, *when ? "over " : "", mb, *when ? " " : "", when, hmb, a, q);
+    send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
+               alone ? "grammar_too_large" : "grammar_budget", m);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
@@ -1334,8 +1384,9 @@ static void chat_completions(http_req *con) {
     static atomic_uint n_parsed;
     jgroup             g  = {.fd = con->fd, .v11 = con->v11};
     perr               e  = {{0}, {0}, {0}};
+    gram_meter         gm = {.m = {.charge = gram_meter_charge, .ud = &gm}};
     sbody             *sb = calloc(1, sizeof *sb);
-    int                rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &sb->r, &e) : -2;
+    int rc = sb ? sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &gm.m, &sb->r, &e) : -2;
     if (!rc && sb->r.n > srv.n_slots + srv.max_queue)
         rc = serve_bad(&e, "invalid_value",
                        "n: %d choices cannot be held at once by this server: it runs %d (--parallel) and "
@@ -1359,6 +1410,7 @@ static void chat_completions(http_req *con) {
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
+        srv.gram_held -= gm.m.granted; /* what its compile took, now freed */
         if (g.n) {
             group_drop_locked(&g); /* the last job frees sb */
         } else {
@@ -1369,6 +1421,10 @@ static void chat_completions(http_req *con) {
         }
         if (rc == -2) {
             send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+            return;
+        }
+        if (gm.m.refused) { /* its compile would have passed the grammars' budget */
+            gram_refuse(con, seq, gm.alone, gm.others, gm.m.used, "while it was compiled");
             return;
         }
         serve_log("#%u 400: %s", seq, e.msg);
@@ -1382,6 +1438,7 @@ static void chat_completions(http_req *con) {
     /* numbered as they reach the queue, in the lock that appends them: the numbers of queued jobs
      * are their queue order (they were numbered before their requests were parsed, and two parsed
      * side by side could reach the queue out of number order) */
+    srv.gram_held -= gm.m.granted; /* its compile's steps: the grammar's own bytes replace them */
     size_t held0 = srv.gram_held, budget = (size_t)srv.gram_mb << 20;
     for (int i = 0; i < g.n; i++) {
         job *j = g.j[i];
@@ -1403,40 +1460,26 @@ static void chat_completions(http_req *con) {
         return;
     }
     if (gb && srv.gram_held > budget) { /* its grammars would take the total past the budget */
-        int    alone = gb > budget, q = srv.n_queued, a = srv.n_active;
         size_t held = srv.gram_held - gb;
         group_drop_locked(&g);
-        char m[300];
-        if (alone)
-            snprintf(m, sizeof m,
-                     "the grammar of response_format or tool_choice takes %zu MB (for all n choices), more "
-                     "than the server's budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
-                     (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
-        else
-            snprintf(m, sizeof m,
-                     "the server is busy: the grammars of the requests it holds take %zu MB, and this one's "
-                     "%zu MB would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
-                     held >> 20, (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
-        serve_log("#%u %d: grammar budget (%zu MB; %zu MB held, %d active, %d queued)", seq,
-                  alone ? 400 : 503, gb >> 20, held >> 20, a, q);
-        send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
-                   alone ? "grammar_too_large" : "grammar_budget", m);
+        gram_refuse(con, seq, gb > budget, held, gb, "");
         return;
     }
     /* free slots take theirs at once; a request of n choices needs room for all n; a full queue
-     * makes room for an address within its share (SERVE_ADDR_SHARE) */
+     * makes room for an address within its share (srv.share) */
     int held = addr_jobs_locked(con->ip ? con->ip : "");
     if (srv.n_queued + g.n > srv.max_queue + (srv.n_slots - srv.n_active) &&
-        (held + g.n > SERVE_ADDR_SHARE || !share_make_room_locked(g.n))) {
-        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > SERVE_ADDR_SHARE;
+        (held + g.n > srv.share || !share_make_room_locked(g.n))) {
+        int q = srv.n_queued, a = srv.n_active, n = g.n, over = held + g.n > srv.share;
         group_drop_locked(&g);
         char m[300];
         if (over)
-            snprintf(m, sizeof m,
-                     "too many choices from this client address: it holds %d queued and running, and this "
-                     "request's %d would pass its share of %d while the server's queue is full "
-                     "(K3_SERVE_QUEUE=%d); retry later",
-                     held, n, SERVE_ADDR_SHARE, srv.max_queue);
+            snprintf(
+                m, sizeof m,
+                "too many choices from this client address: it holds %d queued and running, and this "
+                "request's %d would pass its share of %d (K3_SERVE_SHARE) while the server's queue is full "
+                "(K3_SERVE_QUEUE=%d); retry later",
+                held, n, srv.share, srv.max_queue);
         else
             snprintf(m, sizeof m,
                      "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later", q,
@@ -1673,6 +1716,7 @@ static int serve_env(http_rules *rules) {
         env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
         env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
         env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
+        env_count(K3_SETTING_SERVE_SHARE, SERVE_DEFAULT(SERVE_SHARE), &srv.share) ||
         env_count(K3_SETTING_SERVE_GRAMMAR_MB, SERVE_DEFAULT(SERVE_GRAMMAR_MB), &srv.gram_mb) ||
         env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
         return -1;

@@ -706,8 +706,8 @@ static void draw_status(tui *t) {
     int             fit_k = -1;  /* the memory fit's segment */
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
-        if (t->fatal)
-            SEG(0, "no model");
+        if (t->fatal) /* a server not reached is no model missing */
+            SEG(0, "%s", strcmp(t->eng->be->name, "remote") ? "no model" : "remote: did not start");
         else if (t->load_total)
             SEG(0, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total,
                 t->load_rate / 1e6);
@@ -858,17 +858,39 @@ void tui_render(tui *t, int force) {
     t->draw_n++;
 }
 
+/* The too-small notice's line about the draft (tui.c small_key) into b: its last characters on
+ * one line, and whether an Enter waits for a larger window; "" for an empty draft. */
+static void small_draft(tui *t, char *b, size_t n) {
+    const char *d   = inp_text(t->in, NULL);
+    size_t      len = strlen(d), from = len > 120 ? len - 120 : 0;
+    while (from > 0 && (d[from] & 0xC0) == 0x80)
+        from--; /* a whole character */
+    b[0] = 0;
+    if (!len && !t->n_held)
+        return;
+    int k = snprintf(b, n, "  Draft: %s", from ? "\xE2\x80\xA6" : "");
+    for (size_t i = from; i < len && (size_t)k + 4 < n; i++)
+        b[k++] = d[i] == '\n' || d[i] == '\t' ? ' ' : d[i];
+    b[k] = 0;
+    if (t->n_held)
+        snprintf(b + k, n - (size_t)k, " (then Enter and %d key%s, waiting for the larger window)",
+                 t->n_held - 1, t->n_held == 2 ? "" : "s");
+}
+
+#define SMALL_FMT                                                                                            \
+    "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window (typing goes into the "      \
+    "draft; Ctrl-C or Ctrl-D at an empty one quits).%s%.800s"
+
 static void render(tui *t) {
     double now = ev_now();
     if (t->too_small) {
         erase();
-        char         m[1024];
+        char         m[1400];
         const entry *last = t->n_ents > t->small_from ? &t->ents[t->n_ents - 1] : NULL;
-        snprintf(m, sizeof m,
-                 "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
-                 "(Ctrl-C or Ctrl-D quits).%s%.800s",
-                 t->cols, t->rows, MIN_COLS, MIN_ROWS, last && last->role == ROLE_ERROR ? "  " : "",
-                 last && last->role == ROLE_ERROR && last->text.p ? last->text.p : "");
+        const char  *err  = last && last->role == ROLE_ERROR && last->text.p ? last->text.p : "";
+        size_t       k    = (size_t)snprintf(m, sizeof m, SMALL_FMT, t->cols, t->rows, MIN_COLS, MIN_ROWS,
+                                    *err ? "  " : "", err);
+        small_draft(t, m + k, sizeof m - k); /* k < 1100 */
         int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);

@@ -107,6 +107,7 @@ typedef struct tui {
 
     /* model and statistics */
     int      ready, fatal;
+    char    *fatal_msg;     /* why the engine did not start (EV_FATAL text), NULL: it did  */
     char     model[1024];   /* what the backend says it runs (EV_READY text), whole characters */
     size_t   model_name;    /* its first model_name bytes are the model's name (EV_READY a) */
     char     fit[128];      /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
@@ -120,6 +121,14 @@ typedef struct tui {
     int rows, cols, too_small;
     int small_from; /* entries there were when the terminal became too small: a notice after
                        them (a refused quit) shows on the too-small screen */
+    /* (n_held) keys typed while too small from the first Enter on: what they do (send, run a
+     * command) is to be seen, so they wait for a window large enough and are then read again
+     * in order (tui.c next_key), before any key typed later; held_at: the next one to give */
+    struct held_key {
+        wint_t k;
+        int    fn;
+    } * held;
+    int n_held, cap_held, held_at;
     int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
     int dirty;
     int scroll;       /* conversation lines scrolled up from the bottom */

@@ -346,6 +346,8 @@ static void on_event(tui *t, ui_ev *e) {
             end_turn(t, UE_DONE_ERROR, NULL);
         for (int i = 0; i < t->n_ents; i++)
             t->ents[i].queued = 0;
+        free(t->fatal_msg);
+        t->fatal_msg = strdup(e->text ? e->text : "the engine failed");
         notice(t, ROLE_ERROR, "%s", e->text ? e->text : "the engine failed");
         t->dirty |= DIRTY_ALL;
         break;
@@ -442,11 +444,26 @@ static void pump_events(tui *t, int readable) {
 
 /* ==== commands and messages ================================================= */
 
+/* A message after the engine failed to start (EV_FATAL): what failed, said again (its notice
+ * may have scrolled away; "no model is loaded" was all it said, after an --endpoint's or the
+ * mock's failure too) and what to do; the message goes back to the input line. */
+static void fatal_refuse(tui *t, const char *line) {
+    const char *be = t->eng->be->name, *why = t->fatal_msg ? t->fatal_msg : "the engine failed";
+    int         remote = !strcmp(be, "remote"), mock = !strcmp(be, "mock");
+    notice(t, ROLE_ERROR,
+           "nothing can answer: %s did not start (%s). Your message is back in the input line; to go "
+           "on, quit (Ctrl-D) and start k3chat again %s",
+           remote ? "the --endpoint connection" /* not its URL, which may hold a password */
+           : mock ? "the mock engine (K3_MOCK)"
+                  : "the model",
+           why,
+           remote ? "once the setting or the server named is right"
+           : mock ? "with a script that reads"
+                  : "on a model that loads (k3chat --inspect DIR names a checkpoint's first error)");
+    inp_insert(t->in, line);
+}
+
 static void send_message(tui *t, const char *text) {
-    if (t->fatal) {
-        notice(t, ROLE_ERROR, "no model is loaded, so nothing can answer (see the error above)");
-        return;
-    }
     int edit        = t->edit_pending && last_user(t) >= 0;
     t->edit_pending = 0;
     if (edit)
@@ -714,6 +731,10 @@ static void submit(tui *t, char *line) {
         notice(t, ROLE_ERROR, "%s; your message is back in the input line",
                t->load_pending ? "a transcript is loading" : "a turn is in progress (Ctrl-C stops it)");
         inp_insert(t->in, line);
+        return;
+    }
+    if (t->fatal) {
+        fatal_refuse(t, line); /* as typed: "//x" sends "/x" */
         return;
     }
     send_message(t, p);
@@ -1135,6 +1156,18 @@ static int wait_input(tui *t, int with_pipe, int timeout, int *key, int *evs) {
     return n;
 }
 
+/* The next key held while the window was too small (small_key), once it is large enough:
+ * 1 with it in *k and *fn, 0 when none waits. */
+static int take_held(tui *t, wint_t *k, int *fn) {
+    if (t->too_small || t->held_at >= t->n_held)
+        return 0;
+    *k  = t->held[t->held_at].k;
+    *fn = t->held[t->held_at].fn;
+    if (++t->held_at == t->n_held)
+        t->n_held = t->held_at = 0;
+    return 1;
+}
+
 static int next_key(tui *t, wint_t *k, int *fn) {
     int keys = 1; /* curses may hold keys already read: ask it first */
     for (;;) {
@@ -1146,6 +1179,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             suspend(t);
         if (got_cont)
             resume(t);
+        if (take_held(t, k, fn))
+            return 1;
         if (tui_emoji_esc_wait() == 0)
             keys = 1;                   /* a lone Esc the probe held is due as a key */
         if (keys && tui_emoji_late()) { /* the widths may have changed: wrap again */
@@ -1235,6 +1270,14 @@ static int next_key(tui *t, wint_t *k, int *fn) {
 static int ui_key(tui *t, wint_t k, int fn) {
     if (!fn)
         return 0;
+    if (t->too_small && k != KEY_RESIZE && k != KEY_F(3)) {
+        /* the screen's keys (scrolling, folding, a click) act on panes not shown: nothing */
+        MEVENT m;
+        if (k == KEY_MOUSE)
+            getmouse(&m);
+        return k == KEY_PPAGE || k == KEY_NPAGE || k == KEY_CTRL_HOME || k == KEY_CTRL_END || k == KEY_F(2) ||
+               k == KEY_MOUSE;
+    }
     switch (k) {
     case KEY_RESIZE:
         tui_layout(t);
@@ -1303,7 +1346,7 @@ static int more_key(void *ud, wchar_t *out) {
         t->dirty |= DIRTY_INPUT;
         if (!next_key(t, &k, &fn))
             return 0;
-        if (ui_key(t, k, fn) || (t->too_small && !(!fn && k == 3)))
+        if (ui_key(t, k, fn))
             continue;
         if (!fn && k == 3) { /* Ctrl-C: abort the search */
             *out = 7;
@@ -1330,12 +1373,19 @@ static void search_update(tui *t, int from, int dir) {
         inp_clear(t->in);
         inp_insert(t->in, m);
     }
+    /* past the last match (Ctrl-R at the oldest, Ctrl-S at the newest) that match stays: the
+     * label said "no match" over it */
     snprintf(hint, sizeof hint, "%s: %s   (Ctrl-R older, Enter sends, Esc cancels)",
-             m || !t->srch_pat[0] ? "history search" : "no match", t->srch_pat);
+             m || !t->srch_pat[0]                                             ? "history search"
+             : t->srch_pos < 0 || !strstr(inp_text(t->in, NULL), t->srch_pat) ? "no match"
+             : dir > 0                                                        ? "no older match"
+                                                                              : "no newer match",
+             t->srch_pat);
     inp_set_hint(t->in, hint);
 }
 
 static void search_start(tui *t) {
+    inp_undo_mark(t->in); /* a match taken is one change */
     free(t->srch_draft);
     t->srch_draft  = strdup(inp_text(t->in, NULL));
     t->srch        = 1;
@@ -1408,26 +1458,53 @@ static void stop_answer(tui *t) {
     ue_cancel(t->eng);
 }
 
+/* A key while the window is too small (tui-draw.c shows a notice with the draft's end): typing,
+ * editing, a paste go into the draft as at any size, unseen; Enter, which would send the message
+ * or run a command where neither it nor its answer can be seen, waits with every key after it
+ * (t->held) until the window is large enough, and they are then read again in order. Ctrl-C acts
+ * as at the prompt (it stops an answer, else drops what is typed, the keys held included, else
+ * quits). Returns 1 when the key was taken here. */
+static int small_key(tui *t, wint_t k, int fn) {
+    if (fn && k == KEY_RESIZE) {
+        ui_key(t, k, fn);
+        return 1;
+    }
+    int ctrl_c = !fn && k == 3;
+    if (ctrl_c && t->n_held && !t->quitting && !t->streaming && !t->replaying) {
+        t->n_held = t->held_at = 0;
+        if (t->srch)
+            search_end(t, 0);
+        inp_undo_mark(t->in);
+        inp_clear(t->in);
+        inp_set_hint(t->in, "");
+        t->edit_pending = 0;
+        return 1;
+    }
+    int send = !t->paste && ((fn && k == KEY_ENTER) || (!fn && (k == '\r' || k == '\n')));
+    if ((!t->n_held && !send) || ctrl_c || (fn && k == KEY_MOUSE))
+        return 0; /* Ctrl-C while an answer streams stops it; a click does nothing (ui_key) */
+    struct held_key *h = k3_grow(t->held, &t->cap_held, (size_t)t->n_held + 1, sizeof *h, 64);
+    if (!h) {
+        notice(t, ROLE_ERROR, "out of memory: a key typed while the window is too small was dropped");
+        return 1;
+    }
+    t->held                 = h;
+    t->held[t->n_held].k    = k;
+    t->held[t->n_held++].fn = fn;
+    t->dirty |= DIRTY_ALL;
+    return 1;
+}
+
 static void on_key(tui *t, wint_t k, int fn) {
     t->dirty |= DIRTY_INPUT;
-    if (t->too_small) {
-        /* the input line cannot be seen: nothing is typed or sent until the window grows. Ctrl-C
-         * stops an answer, else it and Ctrl-D quit as at an empty prompt: they quit at once,
-         * which cut an answer off and dropped a conversation on no disk without the question a
-         * quit asks (the refusal shows on the too-small screen) */
-        if (!fn && k == 3 && (t->streaming || t->replaying) && !t->quitting)
-            stop_answer(t);
-        else if (!fn && (k == 3 || k == 4))
-            request_quit(t);
-        else if (fn && k == KEY_RESIZE)
-            ui_key(t, k, fn);
-        t->paste   = 0;
-        t->n_carry = 0; /* a next paste's start, read with the last one's end: dropped too */
+    if (t->too_small && small_key(t, k, fn))
         return;
-    }
     if (fn && k == KEY_PASTE_BEGIN) {
-        t->paste       = 1;
-        t->paste_raw   = 1; /* curses holds no key after this one (paste_read) */
+        inp_undo_mark(t->in); /* the paste is one change */
+        t->paste = 1;
+        /* curses holds no key after this one (paste_read); one read again (take_held) is
+         * followed by the paste's text held with it */
+        t->paste_raw   = t->held_at >= t->n_held;
         t->paste_shown = t->paste_last = ev_now();
         t->dirty |= DIRTY_STATUS;
         return;
@@ -1472,6 +1549,7 @@ static void on_key(tui *t, wint_t k, int fn) {
                 return;
             }
             if (!inp_empty(t->in)) {
+                inp_undo_mark(t->in); /* Ctrl-_ brings it back */
                 inp_clear(t->in);
                 inp_set_hint(t->in, "");
                 t->edit_pending = 0;
@@ -1488,12 +1566,18 @@ static void on_key(tui *t, wint_t k, int fn) {
         case 27: { /* ESC: Alt-Enter inserts a newline; ESC + key is a meta key for libedit */
             wint_t k2;
             int    r;
-            timeout(30);
-            r = read_wch(t, &k2);
-            timeout(0);
+            int    fn2;
+            if (take_held(t, &k2, &fn2)) {
+                r = fn2 ? KEY_CODE_YES : OK;
+            } else {
+                timeout(30);
+                r = read_wch(t, &k2);
+                timeout(0);
+            }
             if (r == ERR)
                 return;
             if ((r == OK && (k2 == '\r' || k2 == '\n')) || (r == KEY_CODE_YES && k2 == KEY_ENTER)) {
+                inp_undo_mark(t->in);
                 inp_insert(t->in, "\n");
                 return;
             }
@@ -1755,6 +1839,8 @@ int ui_tui_run(const ui_opts *o) {
     md_stream_free(&t->ms_resp);
     free(t->links);
     free(t->srch_draft);
+    free(t->held);
+    free(t->fatal_msg);
     tui_emoji_free();
     /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
      * terminal goes, SIGTERM) gives the shell's 128 + its number */
