@@ -19,7 +19,9 @@
 # figures, as OpenAI answers it, and a content error names its field in param (both were null).
 # An assistant message's refusal, as a field or as OpenAI's refusal content part, is rendered as
 # what the assistant said (the field was dropped, the part refused as media), checked with the
-# SDK by the prompt cache: the same rendering as the refusal written as content.
+# SDK by the prompt cache: the same rendering as the refusal written as content. Every chat
+# answer, stream and error has OpenAI's X-Request-Id header (the SDK's request_id; it was missing),
+# the answer's id, whose number is the log line's.
 # The server is killed at the end; every wait is bounded.
 import json
 import os
@@ -235,6 +237,15 @@ for (const a of [{ content: R }, { content: null, refusal: R }, { content: [{ ty
     out.refusal.push([r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens]);
   } catch (e) { out.refusal.push([e.status, e.message]); }
 }
+// X-Request-Id, which the SDK shows as request_id and an error's requestID: the answer's id, or
+// the refused request's (its number is the log's "#N")
+const wr = await client.chat.completions.create({ ...base, max_tokens: 1 }).withResponse();
+const ws = await client.chat.completions.create({ ...base, max_tokens: 1, stream: true }).withResponse();
+let sid = null;
+for await (const ch of ws.data) sid = ch.id;
+out.reqid = [wr.request_id ?? null, wr.data.id, ws.request_id ?? null, sid];
+try { await client.chat.completions.create({ ...base, temperature: 3 }); }
+catch (e) { out.reqid.push(e.requestID ?? null); }
 for (const stream of [false, true]) {
   try {
     await client.chat.completions.create({ ...base, messages: [{ role: "user", content: "wo rd ".repeat(3000) }], stream });
@@ -281,6 +292,12 @@ for (const stream of [false, true]) {
            rf[5] == rf[6] == [rf[4][0]] * 2,
            "OpenAI SDK: an assistant's refusal field and refusal part render as that text written as content, "
            "after the content's parts ([prompt, cached] tokens: %r)" % rf)
+        ri = res.get("reqid", [])
+        m = re.match(r"chatcmpl-k3-[0-9a-f]{16}-(\d+)$", ri[4] or "") if len(ri) == 5 else None
+        ok(m and ri[0] == ri[1] and ri[2] == ri[3] and ri[0] != ri[2] and
+           re.search(r"#%s 400: temperature" % m.group(1), serve_lib.read_text(LOG)),
+           "OpenAI SDK: request_id (X-Request-Id) is the answer's id, streamed or not, and a 400's requestID "
+           "carries the number of its log line (%r)" % ri)
         ctx = ["BadRequestError", 400, "messages", "context_length_exceeded", True]
         ok(res.get("ctx_false") == ctx and res.get("ctx_true") == ctx, "OpenAI SDK: a prompt over the context raises "
            "BadRequestError with .param messages, .code context_length_exceeded, the context's size in the message, "

@@ -1127,11 +1127,13 @@ static void *worker_main(void *arg) {
 static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
     if (!s)
         return -1;
-    char extra[128] = "";
+    char extra[160] = "";
     if (allow)
         snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
     else if (code == 503 || code == 429) /* busy, shutting down, over a share: try again in a while */
         snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
+    if (con->req_id[0]) /* OpenAI's header, which its SDKs show as request_id / requestID */
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "X-Request-Id: %s\r\n", con->req_id);
     int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
     free(s);
     return rc;
@@ -1216,7 +1218,9 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
 static void send_stream(http_req *con, jgroup *g) {
     txt_buf out = {0};
     int     end = 0, ended = 0;
-    if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
+    char    head[96];
+    snprintf(head, sizeof head, "Cache-Control: no-cache\r\nX-Request-Id: %s\r\n", con->req_id);
+    if (http_stream_begin(con, 200, "text/event-stream", head) == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
             int left = http_stream_left(con) > 0;
@@ -1350,6 +1354,11 @@ static void gram_refuse(http_req *con, unsigned seq, int alone, size_t held, siz
                alone ? "grammar_too_large" : "grammar_budget", m);
 }
 
+/* A request's id: its answer's "id" and its X-Request-Id; its number (seq) is the log's "#seq". */
+static void chat_id(char *out, size_t n, unsigned seq) {
+    snprintf(out, n, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, seq);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
@@ -1410,6 +1419,7 @@ static void chat_completions(http_req *con) {
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
+        chat_id(con->req_id, sizeof con->req_id, seq);
         srv.gram_held -= gm.m.granted; /* what its compile took, now freed */
         if (g.n) {
             group_drop_locked(&g); /* the last job frees sb */
@@ -1449,11 +1459,12 @@ static void chat_completions(http_req *con) {
         j->t0      = t0;
         j->refs    = 2; /* this connection + the worker */
         j->seq     = ++srv.seq;
-        snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, g.j[0]->seq);
+        chat_id(j->id, sizeof j->id, g.j[0]->seq);
         gram_charge_locked(j, NULL);
     }
     size_t   gb  = srv.gram_held - held0; /* its grammar, once for its choices */
     unsigned seq = g.j[0]->seq;
+    snprintf(con->req_id, sizeof con->req_id, "%s", g.j[0]->id); /* the answer's id, or its error's */
     if (srv.stopping) {
         group_drop_locked(&g);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
