@@ -68,8 +68,17 @@ try:
         others = 0 if stream else 1  # the other client's answer is a plain one
         ok(wait_for(lambda: answered() >= N_ATTACK + others, 300), "all %d slow readers' %ss are made (%d)"
            % (N_ATTACK, what, answered() - others))
-        comm = lambda: [open("/proc/%d/task/%s/comm" % (srv.pid, t)).read().strip()
-                        for t in os.listdir("/proc/%d/task" % srv.pid)]
+        def comm():
+            """The server's threads' names (a thread that ends between the listing and the read is
+            left out: its comm is gone, or reads ESRCH)."""
+            names = []
+            for t in os.listdir("/proc/%d/task" % srv.pid):
+                try:
+                    with open("/proc/%d/task/%s/comm" % (srv.pid, t)) as f:
+                        names.append(f.read().strip())
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+            return names
         ok(wait_for(lambda: "k3-request" not in comm(), 60), "no request thread is left waiting on them")
         buf = b""
         s = socks[0]

@@ -129,10 +129,11 @@ int main(void) {
                 strstr(k3_errmsg(), "abandoned"),
             "a bad \"abandoned\" names the line and the field: %s", k3_errmsg());
     T_CHECK(k3_conv_count(c) == n0 && k3_conv_abandoned_count(c) == 2, "and memory is untouched");
-    /* a directory: the reason, not a bare "read failed" */
+    /* a directory: the reason and what to give instead, not a bare "read failed" (then only
+     * "Is a directory (errno 21)") */
     T_CHECK(k3_conv_load(c, dir, NULL) == K3_ERR_IO && strstr(k3_errmsg(), dir) &&
-                strstr(k3_errmsg(), strerror(EISDIR)),
-            "loading a directory says it is one: %s", k3_errmsg());
+                strstr(k3_errmsg(), "is a directory, not a transcript") && strstr(k3_errmsg(), "/NAME.jsonl"),
+            "loading a directory says it is one and what to name: %s", k3_errmsg());
     T_CHECK(k3_conv_count(c) == n0, "and memory is untouched");
 
     /* /retry keeps the answer it replaces as an abandoned branch at its place, not the question */

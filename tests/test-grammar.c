@@ -2551,6 +2551,27 @@ int main(int argc, char **argv) {
         k3_grammar_free(gg);
     }
 
+    /* the scratch of a listed multipleOf (the texts of up to 2^20 multiples, 20 bytes each, and
+     * their automaton's states) is charged too: 0.01 in [0, 10000] lists 1,000,001 texts (20 MB)
+     * for a grammar of well under 8 MB, so an 8 MB meter stops it (it compiled, uncharged, before) */
+    {
+        static const char lst[] = "{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":10000}";
+        k3_grammar       *gg = NULL, *g2 = NULL;
+        meter_cap         all = {.cap = SIZE_MAX}, eight = {.cap = 8u << 20};
+        all.m        = (k3_gmeter){.charge = meter_take, .ud = &all};
+        eight.m      = (k3_gmeter){.charge = meter_take, .ud = &eight};
+        k3_status s1 = k3_grammar_json_schema(v, lst, sizeof lst - 1, &all.m, &gg);
+        size_t    b  = s1 ? 0 : k3_grammar_bytes(gg);
+        T_CHECK(!s1 && b < (8u << 20) && all.m.used >= (size_t)1000001 * 20,
+                "a listed multipleOf's scratch is charged: %zu bytes for a grammar of %zu (%s)", all.m.used,
+                b, s1 ? k3_errmsg() : "ok");
+        k3_status s2 = k3_grammar_json_schema(v, lst, sizeof lst - 1, &eight.m, &g2);
+        T_CHECK(s2 == K3_ERR_NOMEM && !g2 && eight.m.refused &&
+                    strstr(k3_errmsg(), "passed the 8 MB of memory it was given"),
+                "an 8 MB meter stops the listing of 1,000,001 multiples (%d: %s)", (int)s2, k3_errmsg());
+        k3_grammar_free(gg);
+    }
+
     /* k3_gmatch_bytes (a running answer's share of K3_SERVE_GRAMMAR_MB) counts the matcher's
      * scratch at its start and what its masks and steps add (sets, frames, its token DFA) */
     {

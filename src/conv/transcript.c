@@ -1440,6 +1440,14 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
             close(fd);
         return io_err(path, "cannot open", e);
     }
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* read() would say only EISDIR */
+        size_t pn = strlen(path);
+        fclose(f);
+        return k3_err(K3_ERR_IO,
+                      "%s: is a directory, not a transcript (name a transcript file in it: %s%sNAME.jsonl)",
+                      path, path, pn && path[pn - 1] == '/' ? "" : "/");
+    }
     sbuf      b = {0};
     char      chunk[65536];
     size_t    n;

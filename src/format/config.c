@@ -327,12 +327,9 @@ static k3_status bad_model_type(const char *s, size_t n) {
     return st;
 }
 
-static k3_status parse(const cfg_ctx *c, k3_config *o) {
-    k3_status st;
-    char      path[160];
-    json_t   *v;
-
-    /* top level */
+/* The top level: model_type exactly "kimi_k3", tie_word_embeddings false (in text_config too). */
+static k3_status parse_top(const cfg_ctx *c, k3_config *o) {
+    json_t *v;
     if (!(v = json_object_get(c->top, "model_type")))
         return missing("model_type");
     /* exactly: a prefix match took "kimi_k3x" and "kimi_k3\e]0;..." (printed by --inspect) */
@@ -350,8 +347,13 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
                           i ? "text_config." : "");
     }
     o->tie_word_embeddings = 0;
+    return K3_OK;
+}
 
-    /* text_config dimensions */
+/* text_config's layer, attention and vocabulary dimensions. */
+static k3_status parse_dims(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160];
     if ((st = t_int(c, "num_hidden_layers", 1, K3_MAX_LAYERS, &o->n_layers)))
         return st;
     if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden)))
@@ -381,28 +383,41 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     if ((long)o->n_heads * (o->nope + o->rope + o->v_dim) > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times the head widths exceeds %d",
                       (text_key(c, "num_attention_heads", path, sizeof path), path), DIM_MAX);
+    return K3_OK;
+}
+
+/* num_experts_per_token, or its other spelling num_experts_per_tok (both in one place: the same
+ * number), into o->n_active (o->n_experts read). */
+static k3_status parse_active(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160], p2[160];
+    json_t   *v  = text_key(c, "num_experts_per_token", path, sizeof path);
+    json_t   *v2 = text_key(c, "num_experts_per_tok", p2, sizeof p2);
+    int       k2;
+    if (!v && v2) {
+        v = v2;
+        strcpy(path, p2);
+    } else if (v && v2 && !strncmp(path, "text_config.", 12) == !strncmp(p2, "text_config.", 12)) {
+        /* both spellings in one place: each valid, and the same number (a copy elsewhere is
+         * a key not read, as for any key in both places) */
+        if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)) ||
+            (st = to_int(v2, p2, 1, o->n_experts, &k2)))
+            return st;
+        if (k2 != o->n_active)
+            return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d and %s = %d disagree (experts per token)", path,
+                          o->n_active, p2, k2);
+    }
+    return to_int(v, path, 1, o->n_experts, &o->n_active);
+}
+
+/* text_config's experts: counts and widths (multiples of 32: MXFP4 groups), attention residual
+ * blocks. */
+static k3_status parse_experts(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160];
     if ((st = t_int(c, "num_experts", 1, 1 << 20, &o->n_experts)))
         return st;
-    v = text_key(c, "num_experts_per_token", path, sizeof path);
-    {
-        char    p2[160];
-        json_t *v2 = text_key(c, "num_experts_per_tok", p2, sizeof p2);
-        int     k2;
-        if (!v && v2) {
-            v = v2;
-            strcpy(path, p2);
-        } else if (v && v2 && !strncmp(path, "text_config.", 12) == !strncmp(p2, "text_config.", 12)) {
-            /* both spellings in one place: each valid, and the same number (a copy elsewhere is
-             * a key not read, as for any key in both places) */
-            if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)) ||
-                (st = to_int(v2, p2, 1, o->n_experts, &k2)))
-                return st;
-            if (k2 != o->n_active)
-                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d and %s = %d disagree (experts per token)",
-                              path, o->n_active, p2, k2);
-        }
-    }
-    if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)))
+    if ((st = parse_active(c, o)))
         return st;
     if ((st = t_int(c, "moe_intermediate_size", 1, DIM_MAX, &o->moe_inter)))
         return st;
@@ -423,8 +438,13 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
                       (text_key(c, "num_shared_experts", path, sizeof path), path), DIM_MAX);
     if ((st = t_int(c, "attn_res_block_size", 1, K3_MAX_LAYERS, &o->attn_res_block)))
         return st;
+    return K3_OK;
+}
 
-    /* text_config scalars */
+/* text_config's float scalars, each within its range. */
+static k3_status parse_scalars(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160];
     struct {
         const char *key;
         float      *dst;
@@ -444,10 +464,15 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
                           (text_key(c, fl[i].key, path, sizeof path), path), (double)*fl[i].dst,
                           (double)fl[i].lo, (double)fl[i].hi);
     }
+    return K3_OK;
+}
 
-    /* linear_attn_config */
-    char    lpath[64];
-    json_t *lac = text_key(c, "linear_attn_config", lpath, sizeof lpath);
+/* linear_attn_config: the KDA heads, gate bound, flags and layer plan. */
+static k3_status parse_linear_attn(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160];
+    char      lpath[64];
+    json_t   *lac = text_key(c, "linear_attn_config", lpath, sizeof lpath);
     if (!lac)
         return missing(lpath);
     if (!json_is_object(lac))
@@ -478,7 +503,14 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
         return st;
     if ((st = read_layer_plan(lac, lpath, o)))
         return st;
+    return K3_OK;
+}
 
+static k3_status parse(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    if ((st = parse_top(c, o)) || (st = parse_dims(c, o)) || (st = parse_experts(c, o)) ||
+        (st = parse_scalars(c, o)) || (st = parse_linear_attn(c, o)))
+        return st;
     if ((st = token_id(c, "bos_token_id", o->vocab, &o->bos_id)))
         return st;
     if ((st = token_id(c, "eos_token_id", o->vocab, &o->eos_id)))

@@ -1,5 +1,6 @@
 /* gram-impl.h: the grammar engine's internals (gram.c: automaton, matcher, token masks;
- * gram-schema.c: JSON Schema and JSON object compilers; gram-re.c: the pattern subset).
+ * gram-re.c: the pattern subset; gram-schema.c and the files it lists at the end of this header:
+ * the JSON Schema, JSON object and tool-call compilers).
  *
  * DESIGN
  * A grammar is a recursive transition network over bytes: nodes with edges that read one byte
@@ -39,6 +40,7 @@
  */
 #pragma once
 #include "k3-impl.h"
+#include "json.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -134,11 +136,15 @@ struct k3_grammar {
 int32_t *g_index_build(int cap, int n, uint32_t (*hash)(const void *ctx, int i), const void *ctx);
 
 /* ---- building (gram.c) ---- */
+k3_status g_nomem(void); /* K3_ERR_NOMEM, "grammar: out of memory" */
 /* Counts bytes the compile of g is about to take against its meter (none: 0); -1 when the meter
  * refuses (g->meter->refused set: the compile stops, sc_finish says why). The arrays that grow as
  * it builds (nodes, edges, shares) charge the capacity each doubling adds, before it is taken;
  * g_finish its arrays and the scratch of its walks; a pattern's length counter its table. */
-int       g_charge(k3_grammar *g, size_t bytes);
+int g_charge(k3_grammar *g, size_t bytes);
+/* k3_grow of an array the compile of g builds (its own or a scratch one), the capacity it adds
+ * charged to g's meter first (NULL when the meter refuses or out of memory). */
+void     *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first);
 int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
 k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);
@@ -190,3 +196,120 @@ k3_status g_fill(k3_grammar *g, int raw, int from, int to);
 k3_status g_raw_multi(k3_grammar *g, int from, int to);
 /* One JSON string character (any valid UTF-8 or an escape) from -> to. */
 k3_status g_str_char(k3_grammar *g, int from, int to);
+
+/* ---- the JSON Schema compiler's parts ----
+ * gram-schema.c: the walk over the schema document: keywords, $ref/$defs rules, anyOf/oneOf/
+ *   allOf, the any-value rule, errors, the compile's state (sc) and the public entry points;
+ * gram-num.c: integers, numbers within bounds and multipleOf automata;
+ * gram-str.c: strings, formats and patterns (and the format checks of enum/const values);
+ * gram-obj.c: objects and arrays;
+ * gram-value.c: enum and const (a validator of one value, literal tries) and uniqueItems;
+ * gram-tools.c: the K3 tool-call format (k3-tools.md 1.3).
+ * Each writes the documents it accepts from node `from` to node `to` of c->g; path is the
+ * schema's JSON path for messages (K3_ERR_ARG: a malformed keyword, K3_ERR_UNSUPPORTED: one the
+ * grammar cannot write). */
+
+#define G_MAX_UNROLL 4096            /* maxLength / maxItems / minItems written out at most this far */
+#define G_EXTRA_MAX 4                /* additional members of one object at most */
+#define G_INT_MAX 9999999999999999LL /* 16 digits: the bound of an integer without maximum */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
+
+/* A rule: schema s, written between start and end (a ret node) once the schema that called it
+ * is done (sc_rules_emit), with the root its $refs resolve against and its path. */
+typedef struct sc_rule {
+    const jv *s, *root;
+    int       start, end;
+    char     *path;
+} sc_rule;
+
+/* A pattern keyword's automaton for the enum/const value checks (sc_pattern_ok). */
+typedef struct sc_pat {
+    const jv   *re;
+    k3_grammar *g; /* NULL: the pattern matches no string */
+} sc_pat;
+
+typedef struct sc {
+    k3_grammar *g;
+    const jv   *root;
+    sc_rule    *rule;
+    int         n_rule, cap_rule, n_done; /* rule[n_done ..]: not written yet */
+    int32_t    *rh;                       /* (rhcap) rule ids + 1 by schema pointer, 0 empty */
+    int         rhcap;
+    const jv   *dobj; /* the $defs object dh indexes (names -> member index + 1, 0 empty) */
+    int32_t    *dh;
+    int         dhcap;
+    int         any;   /* start of the any-value rule, -1 until made */
+    jv        **owned; /* merged allOf schemas */
+    int         n_owned, cap_owned;
+    char        full_at[512]; /* the innermost schema being written when the grammar got full */
+    long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
+    sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
+    int         n_pat, cap_pat;
+    long long   mod;     /* the digits' integer is a multiple of it (0: none; digits, mod_tail) */
+    int         point;   /* digits after the point (a fractional multipleOf's), 0: an integer */
+    long long   pw[17];  /* 10^m */
+    long long   red[17]; /* mod / gcd(mod, 10^m): the remainders m digits from the end tell apart */
+    int64_t    *tkey;    /* (tcap) mod_tail's states: m << 57 | remainder class, -1 empty */
+    int32_t    *tval;    /* (tcap) their nodes */
+    int         tcap, tail_to;
+} sc;
+
+/* A format keyword's entry (gram-str.c's table): the grammar writes re (a subset of what the
+ * format takes, bounded so a model cannot ramble: labels of at most 16 characters, 4-digit
+ * duration fields), ok reads a value as ajv-formats 3 (full mode) does (the enum/const checks). */
+typedef struct g_format {
+    const char *name, *re;
+    int (*ok)(const char *s, size_t n);
+} g_format;
+
+/* gram-schema.c: the walk and its small pieces */
+int       sc_annotation(const char *k); /* a keyword that constrains nothing */
+int       sc_keyword(const char *k);    /* a keyword the compiler writes */
+k3_status sc_alone(const jv *s, const char *key, const char *path, const char *why);   /* only key */
+k3_status sc_bad(const char *path, const char *key, const char *want);                 /* K3_ERR_ARG */
+k3_status sc_unsupported(const char *path, const char *key, const char *why);          /* why may be NULL */
+void      sc_sub(char *out, size_t n, const char *path, const char *a, const char *b); /* path/a[/b] */
+k3_status sc_count(const jv *s, const char *key, const char *path, long def, long *out);
+int       sc_node(sc *c);                   /* a new node; -1 on out of memory */
+int       sc_sep(sc *c, int from, char ch); /* ch, an optional space: the node after (or -1) */
+k3_status sc_lit(sc *c, int from, const char *s, int to);
+int       sc_hex_val(char ch); /* a hex digit's value, -1 for another byte */
+k3_status sc_emit(sc *c, const jv *s, const char *path, int from, int to);
+k3_status sc_call(sc *c, const jv *s, const char *path, int from, int to);
+k3_status sc_rules_emit(sc *c);
+k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
+int       sc_kind_type(const jv *v);
+k3_status sc_types_of(const jv *s, const char *path, int *mask);
+int       sc_schema_types(sc *c, const jv *s, int depth);
+k3_status sc_resolve(sc *c, const jv *ref, const char *path, const jv **out);
+
+/* gram-num.c */
+extern const char *const sc_bound_key[4];
+k3_status                sc_bound_value(const jv *v, const char *path, const char *key, double *d);
+double                   sc_number(const jv *x);
+k3_status                sc_emit_integer(sc *c, const jv *s, const char *path, int num, int from, int to);
+k3_status                sc_emit_number_range(sc *c, const jv *s, const char *path, int from, int to);
+k3_status                sc_emit_number(sc *c, int from, int to);
+
+/* gram-str.c */
+k3_status sc_str_lengths(const char *path, long mn, long mx, int *none);
+k3_status sc_pattern_string(sc *c, const jv *pat, const jv *fmt, const char *path, int raw, long mn, long mx,
+                            int from, int to);
+k3_status sc_emit_string(sc *c, const jv *s, const char *path, int from, int to);
+k3_status sc_format_of(const jv *fmt, const char *path, const g_format **out);
+k3_status sc_pattern_ok(sc *c, const jv *re, const jv *x, const char *path, int *ok);
+
+/* gram-obj.c */
+const jv *sc_member(const jv *x, const jv *k);
+int       sc_has_name(const jv *list, const jv *name);
+k3_status sc_check_required(const char *path, const jv *props, const jv *req);
+k3_status sc_owned(sc *c, jbuf *b, k3_status st, const jv **out);
+k3_status sc_object_keywords(const jv *s, const char *path, const jv **props, const jv **req,
+                             const jv **addl);
+k3_status sc_emit_object(sc *c, const jv *s, const char *path, int from, int to);
+k3_status sc_emit_array(sc *c, const jv *s, const char *path, int from, int to);
+
+/* gram-value.c */
+k3_status sc_emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to);
+k3_status sc_unique_array(sc *c, const jv *s, const char *path, int from, int to);

@@ -36,7 +36,7 @@ static k3_status utf8_multi(k3_grammar *g, int from, int to) {
     int       c1 = g_node_new(g), c2 = g_node_new(g), c3 = g_node_new(g);
     k3_status st = K3_OK;
     if (c1 < 0 || c2 < 0 || c3 < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     int e0 = g_node_new(g), ed = g_node_new(g), f0 = g_node_new(g), f4 = g_node_new(g);
     if ((st = g_byte(g, c1, 0x80, 0xbf, to)) || (st = g_byte(g, c2, 0x80, 0xbf, c1)) ||
         (st = g_byte(g, c3, 0x80, 0xbf, c2)) || (st = g_byte(g, from, 0xc2, 0xdf, c1)) ||
@@ -59,7 +59,7 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
     int e = g_node_new(g), u1 = g_node_new(g), u2 = g_node_new(g), u3 = g_node_new(g), u4 = g_node_new(g),
         d2 = g_node_new(g);
     if (d2 < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     if ((st = g_byte(g, from, 0x20, 0x21, to)) || (st = g_byte(g, from, 0x23, 0x5b, to)) ||
         (st = g_byte(g, from, 0x5d, 0x7f, to)) || (st = utf8_multi(g, from, to)) ||
         (st = g_byte(g, from, '\\', '\\', e)) || (st = g_byte(g, e, '"', '"', to)) ||
@@ -87,7 +87,7 @@ k3_status g_fill(k3_grammar *g, int raw, int from, int to) {
     if (g->free_fill) { /* any text: a loop of characters on a node of its own */
         int n = g_node_new(g);
         if (!st && n < 0)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            st = g_nomem();
         if (st || (st = g_eps(g, from, n)) || (st = g_eps(g, n, to)))
             return st;
         return raw ? ((st = g_byte(g, n, 0x00, 0x7f, n)) ? st : g_raw_multi(g, n, n)) : g_str_char(g, n, n);
@@ -276,8 +276,7 @@ static void emit_utf8(re_p *p, uint32_t lo, uint32_t hi, int from, int to) {
     jv_utf8(lo, a), jv_utf8(hi, b);
     for (int k = 0, cur = from; k < len && !p->st; k++) {
         int nx = k + 1 == len ? to : g_node_new(p->g);
-        p->st  = nx < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
-                        : g_byte(p->g, cur, (uint8_t)a[k], (uint8_t)b[k], nx);
+        p->st  = nx < 0 ? g_nomem() : g_byte(p->g, cur, (uint8_t)a[k], (uint8_t)b[k], nx);
         cur    = nx;
     }
 }
@@ -332,7 +331,7 @@ static void emit_escapes(re_p *p, char (*esc)[8], int n, int from, int to) {
             l++;
         for (size_t j = l + 1; j < len && !p->st; j++)
             if ((at[j] = g_node_new(p->g)) < 0)
-                p->st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+                p->st = g_nomem();
             else
                 p->st = g_byte(p->g, at[j - 1], (uint8_t)esc[i][j - 1], (uint8_t)esc[i][j - 1], at[j]);
         for (k = i + 1; k < n && strlen(esc[k]) == len && !memcmp(esc[k], esc[i], len - 1) &&
@@ -651,7 +650,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     int anch_s = n && re[0] == '^', anch_e = n && re[n - 1] == '$' && bs % 2 == 0;
     int a = g_node_new(g), b = g_node_new(g);
     if (a < 0 || b < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     p.i = (size_t)anch_s;
     p.n = n - (size_t)anch_e;
     if (re_alt(&p, 1, a, b))
@@ -857,6 +856,64 @@ static long lc_far(const k3_grammar *s) {
     return most;
 }
 
+/* The factors' automata: pattern re[f] (n[f] bytes) of each of the n_re, from a[f] to b[f] of
+ * s[f] (bounded 1: a length bound, which bounds the free text around a match); *far the least of
+ * their lc_far. */
+static k3_status lc_factors(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
+                            int raw, int bounded, k3_grammar **s, int *a, int *b, long *far) {
+    k3_status st = K3_OK;
+    for (int f = 0; f < n_re && !st; f++) {
+        if ((st = g_new(g->voc, g->what, &s[f])))
+            break;
+        s[f]->free_fill = bounded; /* a bound: the counter bounds the free text */
+        s[f]->meter     = g->meter;
+        if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
+            st = g_nomem();
+        else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
+            long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
+            *far    = *far < 0 || lf < *far ? lf : *far;
+        }
+    }
+    return st;
+}
+
+/* The product node here (factor nodes sn, pair n0 n1, UTF-8 state d, count c): its moves without
+ * reading (either factor's) and its byte ranges both factors read, to the product nodes they reach
+ * (made by lc_get). -1 when one cannot be made (P->over, out of memory) or *st is set. */
+static int lc_moves(lc_prod *P, const g_node *const *sn, int raw, int n0, int n1, int d, long c, int32_t here,
+                    k3_status *st) {
+    long mn = P->mn, mx = P->mx;
+    for (int f = 0; f < 2; f++) /* a move without reading: either factor's */
+        for (int k = 0; k < sn[f]->n; k++) {
+            const g_edge *e = &sn[f]->e[k];
+            K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
+            if (e->kind != GE_EPS)
+                continue;
+            int j = lc_get(P, f ? n0 * P->n1 + e->to : e->to * P->n1 + n1, d, c);
+            if (j < 0 || (*st = g_eps(P->g, here, P->e[j].id)))
+                return -1;
+        }
+    for (int k = 0; k < sn[0]->n; k++)
+        for (int k1 = 0; k1 < sn[1]->n; k1++) { /* a byte both read */
+            const g_edge *e = &sn[0]->e[k], *e1 = &sn[1]->e[k1];
+            if (e->kind != GE_BYTE || e1->kind != GE_BYTE)
+                continue;
+            int top = e->hi < e1->hi ? e->hi : e1->hi;
+            for (int lo = e->lo > e1->lo ? e->lo : e1->lo, hi; lo <= top;
+                 lo     = hi + 1) { /* runs of one state */
+                int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
+                hi      = cut - 1 < top ? cut - 1 : top;
+                long c2 = c + inc;
+                if (mx >= 0 && c2 > mx)
+                    continue;
+                int j = lc_get(P, e->to * P->n1 + e1->to, d2, mx < 0 && c2 > mn ? mn : c2);
+                if (j < 0 || (*st = g_byte(P->g, here, lo, hi, P->e[j].id)))
+                    return -1;
+            }
+        }
+    return 0;
+}
+
 k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, int n_re, const char *path,
                         int raw, long mn, long mx, int from, int to) {
     k3_grammar *s[2] = {NULL, NULL};
@@ -866,19 +923,7 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
     long        far = -1, ends = 0; /* ends: product nodes that end the string */
     g_edge      any_e    = {.kind = GE_BYTE, .lo = 0, .hi = 255, .to = 0}; /* one pattern: the second */
     g_node      any_byte = {.e = &any_e, .n = 1, .reads = 1, .live = 1};   /* factor reads any byte */
-    for (int f = 0; f < n_re && !st; f++) {
-        if ((st = g_new(g->voc, g->what, &s[f])))
-            break;
-        s[f]->free_fill = mn > 0 || mx >= 0; /* a bound: the counter bounds the free text */
-        s[f]->meter     = g->meter;
-        if ((a[f] = g_node_new(s[f])) < 0 || (b[f] = g_node_new(s[f])) < 0)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        else if (!(st = g_pattern(s[f], re[f], n[f], path, raw, a[f], b[f]))) {
-            long lf = lc_far(s[f]); /* a piece reads within both: the lesser bound holds */
-            far     = far < 0 || lf < far ? lf : far;
-        }
-    }
-    if (st)
+    if ((st = lc_factors(g, re, n, n_re, path, raw, mn > 0 || mx >= 0, s, a, b, &far)))
         goto done;
     P.far = far + 1;
     if (n_re == 2)
@@ -898,34 +943,8 @@ k3_status g_pattern_len(k3_grammar *g, const char *const *re, const size_t *n, i
         int32_t       here  = P.e[i].id;
         if (n0 == b[0] && n1 == b[1] && d == LC_CHAR && c >= mn && (st = (ends++, g_eps(g, here, to))))
             goto fail;
-        for (int f = 0; f < 2; f++) /* a move without reading: either factor's */
-            for (int k = 0; k < sn[f]->n; k++) {
-                const g_edge *e = &sn[f]->e[k];
-                K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
-                if (e->kind != GE_EPS)
-                    continue;
-                int j = lc_get(&P, f ? n0 * P.n1 + e->to : e->to * P.n1 + n1, d, c);
-                if (j < 0 || (st = g_eps(g, here, P.e[j].id)))
-                    goto fail;
-            }
-        for (int k = 0; k < sn[0]->n; k++)
-            for (int k1 = 0; k1 < sn[1]->n; k1++) { /* a byte both read */
-                const g_edge *e = &sn[0]->e[k], *e1 = &sn[1]->e[k1];
-                if (e->kind != GE_BYTE || e1->kind != GE_BYTE)
-                    continue;
-                int top = e->hi < e1->hi ? e->hi : e1->hi;
-                for (int lo = e->lo > e1->lo ? e->lo : e1->lo, hi; lo <= top;
-                     lo     = hi + 1) { /* runs of one state */
-                    int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
-                    hi      = cut - 1 < top ? cut - 1 : top;
-                    long c2 = c + inc;
-                    if (mx >= 0 && c2 > mx)
-                        continue;
-                    int j = lc_get(&P, e->to * P.n1 + e1->to, d2, mx < 0 && c2 > mn ? mn : c2);
-                    if (j < 0 || (st = g_byte(g, here, lo, hi, P.e[j].id)))
-                        goto fail;
-                }
-            }
+        if (lc_moves(&P, sn, raw, n0, n1, d, c, here, &st))
+            goto fail;
     }
     if (P.rep && lc_share(&P, to))
         goto fail;
@@ -951,7 +970,7 @@ fail:
                     "automata's product needs more than %d grammar nodes (a simpler pattern fits)",
                     path, G_LEN_MAX_NODES);
     else if (!st)
-        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        st = g_nomem();
 done:
     free(P.e), free(P.hash), free(P.rep);
     k3_grammar_free(s[0]), k3_grammar_free(s[1]);

@@ -34,6 +34,10 @@ static size_t  pass_dfa_bytes(const g_pass *f);
 
 /* ==== building ======================================================================== */
 
+k3_status g_nomem(void) {
+    return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+}
+
 int g_charge(k3_grammar *g, size_t bytes) {
     k3_gmeter *m = g->meter;
     if (!m)
@@ -49,9 +53,7 @@ int g_charge(k3_grammar *g, size_t bytes) {
     return 0;
 }
 
-/* k3_grow of an array of the grammar being built, the capacity it adds charged to the meter first
- * (NULL when the meter refuses). */
-static void *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first) {
+void *g_grow(k3_grammar *g, void *p, int *cap, size_t need, size_t elem, int first) {
     size_t c = *cap > 0 ? (size_t)*cap : (size_t)first;
     while (c < need)
         c *= 2; /* k3_grow's doubling (its bound, INT_MAX, is past G_MAX_NODES and G_MAX_EDGES) */
@@ -73,13 +75,13 @@ int g_node_new(k3_grammar *g) {
 
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (from < 0 || e.to < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     if (g->n_edge >= G_MAX_EDGES)
-        return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g->full = 1, g_nomem();
     g_node *n = &g->node[from];
     g_edge *v = g_grow(g, n->e, &n->cap, (size_t)n->n + 1, sizeof *v, 2);
     if (!v)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     n->e         = v;
     n->e[n->n++] = e;
     g->n_edge++;
@@ -117,7 +119,7 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
 k3_status g_share(k3_grammar *g, int node, int rep) {
     int32_t *s = g_grow(g, g->sh, &g->cap_sh, (size_t)g->n_sh + 1, 2 * sizeof *s, 64); /* pairs */
     if (!s)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     g->sh                  = s;
     g->sh[2 * g->n_sh]     = node;
     g->sh[2 * g->n_sh + 1] = rep;
@@ -129,11 +131,11 @@ k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out) {
     k3_grammar *g = k3_calloc(1, sizeof *g);
     *out          = NULL;
     if (!g)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     g->voc = v;
     if (!(g->lock = k3_malloc(sizeof *g->lock))) {
         free(g);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     pthread_mutex_init(g->lock, NULL);
     snprintf(g->what, sizeof g->what, "%s", what);
@@ -350,9 +352,9 @@ k3_status g_finish(k3_grammar *g) {
            keep = nn * (sizeof *g->cache + sizeof *g->share + sizeof *g->rule_of) + pass_fixed(g);
     size_t live = (nn + 1) * 12 + ((size_t)g->n_edge + 1) * 8;
     if (g_charge(g, live > keep ? live : keep))
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     if (live_marks(g))
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     for (int i = 0; i < g->n_node; i++) { /* drop edges into dead ends: a mask never strands */
         g_node *n = &g->node[i];
         int     k = 0;
@@ -371,7 +373,7 @@ k3_status g_finish(k3_grammar *g) {
     if (follow_sets(g) || !(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)) ||
         !(g->pass = pass_new(g)) || !(g->share = k3_malloc((size_t)g->n_node * sizeof *g->share)) ||
         g_charge(g, pass_dfa_bytes(g->pass))) /* its first state's rows: mapped, not yet touched */
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     for (int i = 0; i < g->n_node; i++)
         g->share[i] = i;
     for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
@@ -438,7 +440,7 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
         return k3_err(K3_ERR_ARG, "grammar vocabulary: no tokenizer or vocab_size %d", (int)n_vocab);
     k3_gvocab *v = k3_calloc(1, sizeof *v);
     if (!v)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     v->n_vocab = n_vocab;
     v->words   = (n_vocab + 63) / 64;
     v->piece   = k3_calloc((size_t)n_vocab, sizeof *v->piece);
@@ -448,7 +450,7 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
     v->lcp     = k3_calloc((size_t)n_vocab, sizeof *v->lcp);
     if (!v->piece || !v->plen || !v->special || !v->sorted || !v->lcp) {
         k3_gvocab_free(v);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     int32_t nt = k3_tok_n_vocab(t);
     for (int32_t id = 0; id < n_vocab && id < nt; id++) {
@@ -475,14 +477,14 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
     if (!(v->spiece = k3_calloc((size_t)v->n_sorted + 1, sizeof *v->spiece)) ||
         !(v->splen = k3_calloc((size_t)v->n_sorted + 1, sizeof *v->splen))) {
         k3_gvocab_free(v);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     size_t total = 0;
     for (int32_t i = 0; i < v->n_sorted; i++)
         total += v->plen[v->sorted[i]];
     if (!(v->sbytes = k3_malloc(total + 1))) {
         k3_gvocab_free(v);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     total = 0;
     for (int32_t i = 0, b = 0; i <= v->n_sorted; i++) {
@@ -955,25 +957,25 @@ k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
     *out         = NULL;
     k3_gmatch *m = k3_calloc(1, sizeof *m);
     if (!m)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     m->g     = g;
     m->w.g   = g;
     m->dfa.g = g;
     if (!(m->lvs = k3_calloc((size_t)g->voc->max_len + 1, sizeof *m->lvs)) ||
         !(m->lacc = k3_calloc((size_t)g->voc->max_len + 1, 1))) {
         k3_gmatch_free(m);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     int32_t root = frame_get(&m->w, -1, G_UNK); /* frame 0: the empty stack */
     int     esc;
     if (root != 0 || set_push(&m->w.work, g->root, 0)) {
         k3_gmatch_free(m);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     closure(&m->w, &m->cur, 0, &m->accept, &esc);
     if (m->w.oom) {
         k3_gmatch_free(m);
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        return g_nomem();
     }
     *out = m;
     return K3_OK;

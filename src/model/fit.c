@@ -285,101 +285,83 @@ static int window_fit(const fit_table *t, const fit_machine *mc, const fit_set *
     return w > s->chunk ? w : 0;
 }
 
-void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0, int mask, fit_choice *out) {
-    fit_set g1 = *given0, *given = &g1;
-    int     want = given0->window > 0 && given0->window < given0->maxt ? given0->window : (int)given0->maxt;
-    g1.window    = 0; /* the bits and the cache are chosen as before; the window takes its share after */
-    fit_set cand[3] = {*given, *given, *given};
-    if (!(mask & K3_SET_BITS) && cand[1].bits > 4)
-        cand[1].bits = 4;
-    cand[2] = cand[1];
-    if (!(mask & K3_SET_MLA_BITS) && cand[2].mla_bits > 4)
-        cand[2].mla_bits = 4;
-    if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
-        cand[2].head_bits = 4;
-    memset(out, 0, sizeof *out);
-    out->win_want = want;
-    char   sets[256], room[256], sess[512];
+/* out for candidate i of the fit order (cand[i], which fits with plan p, the bits and cache
+ * chosen): the window that fits beside it (of want), an unset cache given what is left, the plan,
+ * what of the mapped weights is re-read, and the line that says so (room: the memory's figures). */
+static void fit_accept(const fit_table *t, const fit_machine *mc, const fit_set *given, int mask,
+                       const fit_set cand[3], int i, fit_plan *p, int want, const char *room,
+                       fit_choice *out) {
+    char   sets[256], sess[512];
     size_t o = 0, n = sizeof out->msg;
-    snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
-             HB(mc->avail), mc->src);
-    for (int i = 0; i < 3; i++) {
-        if (i && same_bits(&cand[i], &cand[i - 1]))
-            continue;
-        fit_plan p;
-        if (!fits(t, mc, &cand[i], &p))
-            continue;
-        out->ok = 1, out->level = i, out->set = cand[i];
-        out->set.window = window_fit(t, mc, &cand[i], &p, want);
-        fit_plan_at(t, &out->set, &p);
-        if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
-            double left = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT] - (double)p.mapped;
-            double all = (double)t->expert_all, floor_b = (double)p.b[FIT_EXPERT];
-            left               = left < floor_b ? floor_b : left;
-            out->set.expert_gb = (left < all ? left : all) / FIT_GB;
-        }
-        fit_plan_at(t, &out->set, &out->plan);
-        double room_map  = mc->usable - (double)out->plan.total;
-        out->plan.reread = room_map >= (double)out->plan.mapped ? 0
-                           : room_map <= 0                      ? out->plan.mapped
-                                                                : out->plan.mapped - (uint64_t)room_map;
-        set_str(sets, sizeof sets, &out->set, NULL, 0);
-        int nexp =
-            t->expert_one
-                ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1))
-                : 0;
-        sess_str(sess, sizeof sess, t, &out->set);
-        o += (size_t)snprintf(
-            out->msg + o, n - o,
-            "memory fit: %s, expert cache %s (%s; %d expert%s per MoE layer, all %s)%s: plan %s of %s; %s",
-            sets, HB(out->plan.b[FIT_EXPERT]),
-            mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB"
-            : out->set.map          ? "what is left after the mapped weights"
-                                    : "what is left",
-            nexp, nexp == 1 ? "" : "s", HB(t->expert_all), out->set.map ? " mapped weights not counted" : "",
-            HB(out->plan.total), room, sess);
-        if (out->set.map)
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
-                                  "; mapped weights %s: %s of them do not fit beside the plan and are read "
-                                  "again from the drive each token",
-                                  HB(out->plan.mapped), HB(out->plan.reread));
-        snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits,
-                 out->set.mla_bits, out->set.head_bits,
-                 i == 1   ? " (fit step 2)"
-                 : i == 2 ? " (fit step 3)"
-                          : "",
-                 HB(out->plan.b[FIT_EXPERT]));
-        if (i) {
-            fit_plan p0;
-            fit_plan_at(t, &cand[0], &p0);
-            set_str(sets, sizeof sets, &cand[0], NULL, 0);
-            o += (size_t)snprintf(
-                out->msg + o, o < n ? n - o : 0,
-                "; chosen: step %d of the fit order, since %s needs %s with one expert per MoE layer", i + 1,
-                sets, HB(p0.total));
-        } else {
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s",
-                                  mask ? "the given settings fit" : "the defaults fit");
-        }
-        if (out->set.window) /* last: the line's start reads as before */
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; prefill window %d tokens (%s)%s",
-                                  out->set.window, HB(out->plan.b[FIT_WINDOW]),
-                                  out->set.window < want ? ", shrunk to fit the memory" : "");
-        else if (want > out->set.chunk)
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
-                                  "; no prefill window (%d tokens do not fit the memory): per chunk", want);
-        return;
+    out->ok = 1, out->level = i, out->set = cand[i];
+    out->set.window = window_fit(t, mc, &cand[i], p, want);
+    fit_plan_at(t, &out->set, p);
+    if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
+        double left = mc->usable - (double)p->total + (double)p->b[FIT_EXPERT] - (double)p->mapped;
+        double all = (double)t->expert_all, floor_b = (double)p->b[FIT_EXPERT];
+        left               = left < floor_b ? floor_b : left;
+        out->set.expert_gb = (left < all ? left : all) / FIT_GB;
     }
-    /* refused: the figures */
-    out->set = *given;
-    fit_plan_at(t, given, &out->plan);
-    set_str(sets, sizeof sets, given, NULL, 1);
-    sess_str(sess, sizeof sess, t, given);
-    o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; the plan counts %s; ",
-                          sets, given->expert_gb < 0 ? " with one expert per MoE layer" : "",
-                          HB(out->plan.total),
-                          mask ? "settings given explicitly are never changed" : "nothing fits", room, sess);
-    int any = 0;
+    fit_plan_at(t, &out->set, &out->plan);
+    double room_map  = mc->usable - (double)out->plan.total;
+    out->plan.reread = room_map >= (double)out->plan.mapped ? 0
+                       : room_map <= 0                      ? out->plan.mapped
+                                                            : out->plan.mapped - (uint64_t)room_map;
+    set_str(sets, sizeof sets, &out->set, NULL, 0);
+    int nexp =
+        t->expert_one
+            ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1))
+            : 0;
+    sess_str(sess, sizeof sess, t, &out->set);
+    o += (size_t)snprintf(
+        out->msg + o, n - o,
+        "memory fit: %s, expert cache %s (%s; %d expert%s per MoE layer, all %s)%s: plan %s of %s; %s", sets,
+        HB(out->plan.b[FIT_EXPERT]),
+        mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB"
+        : out->set.map          ? "what is left after the mapped weights"
+                                : "what is left",
+        nexp, nexp == 1 ? "" : "s", HB(t->expert_all), out->set.map ? " mapped weights not counted" : "",
+        HB(out->plan.total), room, sess);
+    if (out->set.map)
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
+                              "; mapped weights %s: %s of them do not fit beside the plan and are read "
+                              "again from the drive each token",
+                              HB(out->plan.mapped), HB(out->plan.reread));
+    snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits, out->set.mla_bits,
+             out->set.head_bits,
+             i == 1   ? " (fit step 2)"
+             : i == 2 ? " (fit step 3)"
+                      : "",
+             HB(out->plan.b[FIT_EXPERT]));
+    if (i) {
+        fit_plan p0;
+        fit_plan_at(t, &cand[0], &p0);
+        set_str(sets, sizeof sets, &cand[0], NULL, 0);
+        o += (size_t)snprintf(
+            out->msg + o, o < n ? n - o : 0,
+            "; chosen: step %d of the fit order, since %s needs %s with one expert per MoE layer", i + 1,
+            sets, HB(p0.total));
+    } else {
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s",
+                              mask ? "the given settings fit" : "the defaults fit");
+    }
+    if (out->set.window) /* last: the line's start reads as before */
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; prefill window %d tokens (%s)%s",
+                              out->set.window, HB(out->plan.b[FIT_WINDOW]),
+                              out->set.window < want ? ", shrunk to fit the memory" : "");
+    else if (want > out->set.chunk)
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
+                              "; no prefill window (%d tokens do not fit the memory): per chunk", want);
+}
+
+/* The refusal's alternatives after its figures at out->msg + o: each step of the fit order over
+ * the explicit settings too (cache at its floor), the largest K3_EXPERT_GB that fits, the most
+ * sessions that fit, a k3-repack container with K3_MMAP=1. */
+static void fit_alternatives(const fit_table *t, const fit_machine *mc, const fit_set *given, int mask,
+                             const fit_set cand[3], fit_choice *out, size_t o) {
+    char   sets[256];
+    size_t n   = sizeof out->msg;
+    int    any = 0;
     /* every step of the order, over the explicit settings too, with the cache at its floor */
     fit_set alt[4] = {*given, *given, *given, *given};
     alt[0].bits = 8, alt[0].mla_bits = 8, alt[0].head_bits = 8;
@@ -436,4 +418,43 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0
     snprintf(out->msg + o, o < n ? n - o : 0,
              "%sa k3-repack container with K3_MMAP=1: %s private%s (+ %s mapped from the page cache)",
              any ? "; " : "", HB(pm.total), ok ? " (fits)" : "", HB(pm.mapped));
+}
+
+void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0, int mask, fit_choice *out) {
+    fit_set g1 = *given0, *given = &g1;
+    int     want = given0->window > 0 && given0->window < given0->maxt ? given0->window : (int)given0->maxt;
+    g1.window    = 0; /* the bits and the cache are chosen as before; the window takes its share after */
+    fit_set cand[3] = {*given, *given, *given};
+    if (!(mask & K3_SET_BITS) && cand[1].bits > 4)
+        cand[1].bits = 4;
+    cand[2] = cand[1];
+    if (!(mask & K3_SET_MLA_BITS) && cand[2].mla_bits > 4)
+        cand[2].mla_bits = 4;
+    if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
+        cand[2].head_bits = 4;
+    memset(out, 0, sizeof *out);
+    out->win_want = want;
+    char   sets[256], room[256], sess[512];
+    size_t o = 0, n = sizeof out->msg;
+    snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
+             HB(mc->avail), mc->src);
+    for (int i = 0; i < 3; i++) {
+        if (i && same_bits(&cand[i], &cand[i - 1]))
+            continue;
+        fit_plan p;
+        if (fits(t, mc, &cand[i], &p)) {
+            fit_accept(t, mc, given, mask, cand, i, &p, want, room, out);
+            return;
+        }
+    }
+    /* refused: the figures */
+    out->set = *given;
+    fit_plan_at(t, given, &out->plan);
+    set_str(sets, sizeof sets, given, NULL, 1);
+    sess_str(sess, sizeof sess, t, given);
+    o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; the plan counts %s; ",
+                          sets, given->expert_gb < 0 ? " with one expert per MoE layer" : "",
+                          HB(out->plan.total),
+                          mask ? "settings given explicitly are never changed" : "nothing fits", room, sess);
+    fit_alternatives(t, mc, given, mask, cand, out, o);
 }
