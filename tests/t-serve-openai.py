@@ -15,9 +15,17 @@
 # /v1/models lists and retrieves the model (an unknown one: NotFoundError). With
 # stream_options.include_usage every chunk has "usage", null but in the last, as OpenAI writes it;
 # usage.completion_tokens_details.reasoning_tokens counts the think channel's tokens.
+# A prompt over the context is a 400 context_length_exceeded with param "messages" and the
+# figures, as OpenAI answers it, and a content error names its field in param (both were null).
+# An assistant message's refusal, as a field or as OpenAI's refusal content part, is rendered as
+# what the assistant said (the field was dropped, the part refused as media), checked with the
+# SDK by the prompt cache: the same rendering as the refusal written as content. Every chat
+# answer, stream and error has OpenAI's X-Request-Id header (the SDK's request_id; it was missing),
+# the answer's id, whose number is the log line's.
 # The server is killed at the end; every wait is bounded.
 import json
 import os
+import re
 
 import serve_lib
 from serve_lib import chat, exchange, final, ok, req
@@ -89,6 +97,34 @@ try:
         st, o = post(**kw)
         ok(st == 400 and refused(o, code, param), "%s -> error.param %s (%d %s)" % (name, param, st,
                                                                                  json.dumps(o)[:160]))
+    # a content error's message reads on after its field ("messages[0].content[0] is of type ..."):
+    # its param is that field (it was null); an assistant's refusal must be a string
+    for name, kw, code, param in [
+        ("an image part", dict(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+         "unsupported_content", "messages[0].content[0]"),
+        ("content 5", dict(messages=[{"role": "user", "content": 5}]), "invalid_type", "messages[0].content"),
+        ("a text part without its text", dict(messages=[{"role": "user", "content": [{"type": "text"}]}]),
+         "invalid_type", "messages[0].content[0].text"),
+        ("a refusal part without its refusal", dict(messages=[
+            {"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "refusal"}]},
+            {"role": "user", "content": "y"}]), "invalid_type", "messages[1].content[0].refusal"),
+    ]:
+        st, o = post(**kw)
+        e = o.get("error", {})
+        ok(st == 400 and e.get("code") == code and e.get("param") == param and e["message"].startswith(param + " "),
+           "%s -> error.param %s (%d %s)" % (name, param, st, json.dumps(o)[:160]))
+    st, o = post(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "refusal": 5},
+                           {"role": "user", "content": "y"}])
+    ok(st == 400 and refused(o, "invalid_type", "messages[1].refusal"), "an assistant's refusal 5 -> 400 naming "
+       "messages[1].refusal (%d %s)" % (st, json.dumps(o)[:160]))
+    # a prompt over the context (K3_MAXT=2048): OpenAI's 400 context_length_exceeded with param
+    # "messages" (it was null), with the figures, streamed or not
+    for stream in (False, True):
+        st, o = post(messages=[{"role": "user", "content": "wo rd " * 3000}], stream=stream)
+        ok(st == 400 and refused(o, "context_length_exceeded", "messages") and
+           re.search(r"needs \d+ tokens .* holds 2048 \(K3_MAXT\)", o["error"]["message"]),
+           "a prompt over the context%s -> 400 context_length_exceeded, param messages, the figures (%d %s)"
+           % (", streamed," if stream else "", st, json.dumps(o)[:240]))
     st, _, body = final(exchange(PORT, req("GET", "/v1/nothing"))[0])
     e = json.loads(body).get("error", {})
     ok(st == 404 and "param" in e and e["param"] is None, "a 404 has error.param null (%d %s)" % (st, body[:160]))
@@ -188,6 +224,34 @@ out.models = (await client.models.list()).data.map((m) => [m.id, m.object, typeo
 out.model = (await client.models.retrieve("m")).id;
 try { await client.models.retrieve("nope"); out.nope = "found"; }
 catch (e) { out.nope = [e.constructor.name, e.status, e.code ?? null]; }
+// an assistant's refusal, as a field or a content part: rendered as that text (the next request
+// of the same rendering finds all its prompt in the cache)
+const R = "I can't help with that.";
+out.refusal = [];
+for (const a of [{ content: R }, { content: null, refusal: R }, { content: [{ type: "refusal", refusal: R }] },
+                 { content: "" }, { content: [{ type: "text", text: "No. " }, { type: "text", text: R }] },
+                 { content: "No. ", refusal: R }, { content: [{ type: "text", text: "No. " }, { type: "refusal", refusal: R }] }]) {
+  try {
+    const r = await client.chat.completions.create({ ...base, max_tokens: 1, messages: [
+      { role: "user", content: "hack it" }, { role: "assistant", ...a }, { role: "user", content: "ok" }] });
+    out.refusal.push([r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens]);
+  } catch (e) { out.refusal.push([e.status, e.message]); }
+}
+// X-Request-Id, which the SDK shows as request_id and an error's requestID: the answer's id, or
+// the refused request's (its number is the log's "#N")
+const wr = await client.chat.completions.create({ ...base, max_tokens: 1 }).withResponse();
+const ws = await client.chat.completions.create({ ...base, max_tokens: 1, stream: true }).withResponse();
+let sid = null;
+for await (const ch of ws.data) sid = ch.id;
+out.reqid = [wr.request_id ?? null, wr.data.id, ws.request_id ?? null, sid];
+try { await client.chat.completions.create({ ...base, temperature: 3 }); }
+catch (e) { out.reqid.push(e.requestID ?? null); }
+for (const stream of [false, true]) {
+  try {
+    await client.chat.completions.create({ ...base, messages: [{ role: "user", content: "wo rd ".repeat(3000) }], stream });
+    out["ctx_" + stream] = "answered";
+  } catch (e) { out["ctx_" + stream] = [e.constructor.name, e.status, e.param ?? null, e.code ?? null, /holds 2048/.test(e.message)]; }
+}
 """
         res = serve_lib.run_sdk(body, ["http://127.0.0.1:%d/v1" % PORT], cache, env, 300, T, "walk.cjs", cwd=cache)
         good = {k: v for k, v in res.get("ok", {}).items() if v[:2] == ["chat.completion", 1]}
@@ -223,6 +287,21 @@ catch (e) { out.nope = [e.constructor.name, e.status, e.code ?? null]; }
            "OpenAI SDK: models.list and models.retrieve (%r)" % res.get("models"))
         ok(res.get("nope") == ["NotFoundError", 404, "model_not_found"], "OpenAI SDK: an unknown model -> "
            "NotFoundError 404 model_not_found (%r)" % res.get("nope"))
+        rf = res.get("refusal", [])
+        ok(len(rf) == 7 and rf[1] == rf[2] == [rf[0][0]] * 2 and 0 < rf[3][0] < rf[0][0] and
+           rf[5] == rf[6] == [rf[4][0]] * 2,
+           "OpenAI SDK: an assistant's refusal field and refusal part render as that text written as content, "
+           "after the content's parts ([prompt, cached] tokens: %r)" % rf)
+        ri = res.get("reqid", [])
+        m = re.match(r"chatcmpl-k3-[0-9a-f]{16}-(\d+)$", ri[4] or "") if len(ri) == 5 else None
+        ok(m and ri[0] == ri[1] and ri[2] == ri[3] and ri[0] != ri[2] and
+           re.search(r"#%s 400: temperature" % m.group(1), serve_lib.read_text(LOG)),
+           "OpenAI SDK: request_id (X-Request-Id) is the answer's id, streamed or not, and a 400's requestID "
+           "carries the number of its log line (%r)" % ri)
+        ctx = ["BadRequestError", 400, "messages", "context_length_exceeded", True]
+        ok(res.get("ctx_false") == ctx and res.get("ctx_true") == ctx, "OpenAI SDK: a prompt over the context raises "
+           "BadRequestError with .param messages, .code context_length_exceeded, the context's size in the message, "
+           "streamed or not (%r, %r)" % (res.get("ctx_false"), res.get("ctx_true")))
     serve_lib.sanitizer_clean(T)
 finally:
     serve_lib.kill_all(procs)

@@ -246,6 +246,18 @@ static void test_round_trip(void) {
                 k3_conv_msg(c3, 0)->n_parts == 2 && k3_conv_msg(c3, 0)->parts[0] == 2,
             "an input_text part is text, its own part (%s)", st3 ? k3_errmsg() : "ok");
     k3_conv_free(c3);
+    /* OpenAI's refusal part of an assistant message is its "refusal" text (it was media) */
+    const char *refused =
+        HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":["
+            "{\"type\":\"text\",\"text\":\"No. \"},{\"type\":\"refusal\",\"refusal\":\"Sorry.\"}]}\n";
+    path_in(p3, sizeof p3, "refused.jsonl");
+    write_file(p3, refused, strlen(refused));
+    c3  = k3_conv_new();
+    st3 = k3_conv_load(c3, p3, NULL);
+    T_CHECK(!st3 && k3_conv_count(c3) == 2 && !strcmp(k3_conv_msg(c3, 1)->content, "No. Sorry.") &&
+                k3_conv_msg(c3, 1)->n_parts == 2 && k3_conv_msg(c3, 1)->parts[1] == 6,
+            "a refusal part is its refusal's text, its own part (%s)", st3 ? k3_errmsg() : "ok");
+    k3_conv_free(c3);
     k3_conv_set_system(c, "1234567"); /* as long as "sys two": its parts must not split it */
     T_CHECK(k3_conv_msg(c, 0)->n_parts == 0 && !k3_conv_msg(c, 0)->parts,
             "a new system prompt drops the old one's parts");

@@ -1046,7 +1046,9 @@ static int content_err(k3_content_err *e, k3_content_fault f, const char *path, 
 /* A part is text as the release's encoder reads it (encoding_k3.py, _render_content_segments): any
  * part that is not an image ("image", "image_url") renders its "text", whatever its type says (the
  * Responses API's "input_text", say). A part with no "text" under another type (audio, a file, a
- * Responses "input_image") is media, as an image is. */
+ * Responses "input_image") is media, as an image is. OpenAI's refusal part of an assistant message,
+ * {"type": "refusal", "refusal": ...}, is what the assistant said: its "refusal" is its text, as
+ * vLLM renders it (it was refused as media). */
 int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts, k3_content_err *e) {
     json_t *v = (json_t *)(uintptr_t)cv; /* jansson's getters take non-const */
     *out      = NULL;
@@ -1075,8 +1077,9 @@ int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts,
         return content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
     json_array_foreach(v, k, part) {
         json_t     *tv   = json_is_object(part) ? json_object_get(part, "type") : NULL;
-        json_t     *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
         const char *type = json_string_value(tv);
+        const char *key  = type && !strcmp(type, "refusal") ? "refusal" : "text"; /* its text's member */
+        json_t     *text = json_is_object(part) ? json_object_get(part, key) : NULL;
         snprintf(at, sizeof at, "[%zu]", k);
         if (!json_is_object(part))
             rc = content_err(e, K3_CONTENT_TYPE, at,
@@ -1084,15 +1087,15 @@ int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts,
         else if (tv && !type) {
             snprintf(at, sizeof at, "[%zu].type", k);
             rc = content_err(e, K3_CONTENT_TYPE, at, "is %s, expected \"text\"", jtype(tv));
-        } else if (type &&
-                   (!strcmp(type, "image") || !strcmp(type, "image_url") || (strcmp(type, "text") && !text)))
+        } else if (type && (!strcmp(type, "image") || !strcmp(type, "image_url") ||
+                            (strcmp(type, "text") && strcmp(type, "refusal") && !text)))
             rc = content_err(
                 e, K3_CONTENT_MEDIA, at,
                 "is of type '%.40s': only text parts are supported (images and other media are not)", type);
         else if (!json_is_string(text)) {
-            snprintf(at, sizeof at, "[%zu].text", k);
+            snprintf(at, sizeof at, "[%zu].%s", k, key);
             rc = text ? content_err(e, K3_CONTENT_TYPE, at, "is %s, expected a string", jtype(text))
-                      : content_err(e, K3_CONTENT_TYPE, at, "is missing (a text part's string)");
+                      : content_err(e, K3_CONTENT_TYPE, at, "is missing (a %s part's string)", key);
         } else if (k3_buf_add(&b, json_string_value(text), json_string_length(text)))
             rc = content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
         else if (len)

@@ -93,8 +93,9 @@ typedef struct http_req {
     size_t      rest_off, rest_n; /* of which sent by the thread                          */
     char       *pend;             /* (pend_n of pend_cap) a stream's bytes, framed, sent up to pend_off */
     size_t      pend_off, pend_n, pend_cap;
-    double      t_taken; /* monotonic seconds a byte of the response was last taken          */
-    int         outq;    /* the socket's unacknowledged bytes when it last took none (-1: unknown) */
+    double      t_taken;    /* monotonic seconds a byte of the response was last taken          */
+    int         outq;       /* the socket's unacknowledged bytes when it last took none (-1: unknown) */
+    char        req_id[48]; /* the handler's X-Request-Id for the response ("": none)       */
 } http_req;
 
 /* Answers q (a thread of the layer's; may block). Returns when the response is written. */

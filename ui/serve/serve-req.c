@@ -99,8 +99,48 @@ static int parse_content(json_t *v, int i, const char *field, char **out, size_t
         return 0;
     if (ce.fault == K3_CONTENT_NOMEM)
         return bad(e, "out_of_memory", "out of memory");
-    return bad(e, ce.fault == K3_CONTENT_MEDIA ? "unsupported_content" : "invalid_type",
-               "messages[%d].%s%s %s", i, field, ce.path, ce.reason);
+    bad(e, ce.fault == K3_CONTENT_MEDIA ? "unsupported_content" : "invalid_type", "messages[%d].%s%s %s", i,
+        field, ce.path, ce.reason);
+    /* the message begins with the field but reads on ("... is of type"): name it (it was null) */
+    snprintf(e->param, sizeof e->param, "messages[%d].%s%s", i, field, ce.path);
+    return -1;
+}
+
+/* An assistant message's refusal (OpenAI's: what the assistant said instead of an answer) is
+ * part of what it said, so it is rendered as the answer's text, a part after its content (it
+ * was dropped: the model saw an empty turn where OpenAI's sees the refusal). */
+static int add_refusal(json_t *m, size_t i, smsg *d, perr *e) {
+    json_t *v = json_object_get(m, "refusal");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return bad(e, "invalid_type", "messages[%zu].refusal: expected a string or null", i);
+    size_t n = json_string_length(v), c = strlen(d->content);
+    if (!n)
+        return 0;
+    if (!c) { /* empty parts: the refusal is all the text */
+        free(d->parts);
+        d->parts   = NULL;
+        d->n_parts = 0;
+    }
+    size_t  k     = d->n_parts ? (size_t)d->n_parts : 1;
+    char   *s     = realloc(d->content, c + n + 1);
+    size_t *parts = c ? realloc(d->parts, (k + 1) * sizeof *parts) : d->parts;
+    if (s)
+        d->content = s;
+    if (c && parts)
+        d->parts = parts;
+    if (!s || (c && !parts))
+        return bad(e, "out_of_memory", "out of memory");
+    memcpy(s + c, json_string_value(v), n);
+    s[c + n] = 0;
+    if (c) { /* a string content becomes one part, then the refusal is the next */
+        if (!d->n_parts)
+            parts[0] = c;
+        parts[k]   = n;
+        d->n_parts = (int)k + 1;
+    }
+    return 0;
 }
 
 static int parse_messages(json_t *msgs, sreq *r, perr *e) {
@@ -140,7 +180,8 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
                 e, cnt ? "invalid_type" : "missing_field",
                 "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
                 i, role);
-        if (parse_content(cnt, (int)i, "content", &d->content, &d->parts, &d->n_parts, e))
+        if (parse_content(cnt, (int)i, "content", &d->content, &d->parts, &d->n_parts, e) ||
+            (d->role == K3_ROLE_ASSISTANT && add_refusal(m, i, d, e)))
             return -1;
         if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;

@@ -155,6 +155,7 @@ typedef struct job {
     int         gram_over;         /* cancelled: its grammar took the total past the budget */
     char        err_type[32], err_code[40];
     char        err[600];
+    const char *err_param; /* the request field at fault (error.param), NULL: none */
     struct job *next;
 } job;
 
@@ -909,9 +910,10 @@ static void job_finish(slot *sl, job *j, k3_status st) {
                         j->cut ? "another choice of the request failed" : "the client disconnected");
     } else if (st == K3_ERR_CONTEXT) {
         char m[600];
-        snprintf(m, sizeof m, "%s", k3_errmsg());
+        snprintf(m, sizeof m, "messages: %s", k3_errmsg());
         m[strcspn(m, ";")] = 0; /* the conversation's advice is for the chat, not for a client */
         job_fail_locked(j, 400, "invalid_request_error", "context_length_exceeded", m);
+        j->err_param = "messages"; /* OpenAI's param for a prompt over the context (it was null) */
     } else if (!last && (st == K3_ERR_ARG || st == K3_ERR_NOMEM)) { /* setting the turn up */
         job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500,
                         st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
@@ -1125,11 +1127,13 @@ static void *worker_main(void *arg) {
 static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
     if (!s)
         return -1;
-    char extra[128] = "";
+    char extra[160] = "";
     if (allow)
         snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
     else if (code == 503 || code == 429) /* busy, shutting down, over a share: try again in a while */
         snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
+    if (con->req_id[0]) /* OpenAI's header, which its SDKs show as request_id / requestID */
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "X-Request-Id: %s\r\n", con->req_id);
     int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
     free(s);
     return rc;
@@ -1187,8 +1191,8 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
     const job *f = group_failed(g);
     json_t    *o = NULL;
     if (f) /* failed mid-stream */
-        o = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
-                      "code", f->err_code);
+        o = json_pack("{s:{s:s,s:s,s:s?,s:s}}", "error", "message", f->err, "type", f->err_type, "param",
+                      f->err_param, "code", f->err_code);
     else if (g->j[0]->r->include_usage) {
         o = answer_obj(g->j[0], "chat.completion.chunk");
         json_object_set_new(o, "choices", json_array());
@@ -1214,7 +1218,9 @@ static void stream_tail(const jgroup *g, txt_buf *out) {
 static void send_stream(http_req *con, jgroup *g) {
     txt_buf out = {0};
     int     end = 0, ended = 0;
-    if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
+    char    head[96];
+    snprintf(head, sizeof head, "Cache-Control: no-cache\r\nX-Request-Id: %s\r\n", con->req_id);
+    if (http_stream_begin(con, 200, "text/event-stream", head) == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
             int left = http_stream_left(con) > 0;
@@ -1348,6 +1354,11 @@ static void gram_refuse(http_req *con, unsigned seq, int alone, size_t held, siz
                alone ? "grammar_too_large" : "grammar_budget", m);
 }
 
+/* A request's id: its answer's "id" and its X-Request-Id; its number (seq) is the log's "#seq". */
+static void chat_id(char *out, size_t n, unsigned seq) {
+    snprintf(out, n, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, seq);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
@@ -1408,6 +1419,7 @@ static void chat_completions(http_req *con) {
     if (rc) {
         pthread_mutex_lock(&srv.mu);
         unsigned seq = ++srv.seq;
+        chat_id(con->req_id, sizeof con->req_id, seq);
         srv.gram_held -= gm.m.granted; /* what its compile took, now freed */
         if (g.n) {
             group_drop_locked(&g); /* the last job frees sb */
@@ -1447,11 +1459,12 @@ static void chat_completions(http_req *con) {
         j->t0      = t0;
         j->refs    = 2; /* this connection + the worker */
         j->seq     = ++srv.seq;
-        snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, g.j[0]->seq);
+        chat_id(j->id, sizeof j->id, g.j[0]->seq);
         gram_charge_locked(j, NULL);
     }
     size_t   gb  = srv.gram_held - held0; /* its grammar, once for its choices */
     unsigned seq = g.j[0]->seq;
+    snprintf(con->req_id, sizeof con->req_id, "%s", g.j[0]->id); /* the answer's id, or its error's */
     if (srv.stopping) {
         group_drop_locked(&g);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
@@ -1515,8 +1528,9 @@ static void chat_completions(http_req *con) {
             g.j[i]->fd = -1;
     const job *f = g.gone ? NULL : group_failed(&g);
     if (g.gone || (f && !streams)) {
-        char     type[32], ecode[40], msg[600];
-        unsigned code = f ? (f->http == 499 ? 503 : (unsigned)f->http) : 0;
+        char        type[32], ecode[40], msg[600];
+        unsigned    code  = f ? (f->http == 499 ? 503 : (unsigned)f->http) : 0;
+        const char *param = f ? f->err_param : NULL; /* a literal: outlives the job */
         if (f) {
             snprintf(type, sizeof type, "%s", f->err_type);
             snprintf(ecode, sizeof ecode, "%s", f->err_code);
@@ -1526,7 +1540,7 @@ static void chat_completions(http_req *con) {
             job_unref_locked(g.j[i]);
         pthread_mutex_unlock(&srv.mu);
         if (f)
-            send_error(con, code, type, ecode, msg);
+            send_text(con, code, http_error_json(type, ecode, param, msg), NULL);
         else
             con->failed = 1; /* the client is gone: close */
         return;
