@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,9 +129,10 @@ static void usage(FILE *f) {
  * different ones are a usage error (the last one used to win silently: --prompt X --serve P
  * served and dropped the prompt); the same one again replaces its argument. */
 static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
-    static const char *first;
+    static const char *first; /* opt: the option's name, without its "--" */
     if (first && strcmp(first, opt)) {
-        fprintf(stderr, "k3chat: %s and %s are different modes; give one of them (try --help)\n", first, opt);
+        fprintf(stderr, "k3chat: --%s and --%s are different modes; give one of them (try --help)\n", first,
+                opt);
         return 2;
     }
     first = opt;
@@ -345,41 +347,44 @@ static int stdout_done(int rc, enum cli_mode mode) {
 /* The command line into o, *mode and *plain (the option table: the modes, then a flag per
  * setting). -1 to go on, else the exit status (0 after --help or --version, 2 on a usage error). */
 static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, int *plain) {
+    /* each mode option: the mode it picks and the field of o its argument goes to (arg: it has one) */
+    static const struct mode_pick {
+        const char   *name;
+        enum cli_mode mode;
+        int           arg;
+        size_t        field;
+    } picks[] = {
+        {"inspect", CLI_INSPECT, 0, 0},
+        {"tokenize", CLI_TOKENIZE, 0, 0},
+        {"detokenize", CLI_DETOKENIZE, 0, 0},
+        {"chat-ids", CLI_CHAT_IDS, 0, 0},
+        {"prompt", CLI_ONESHOT, 1, offsetof(ui_opts, prompt)},
+        {"ids", CLI_ONESHOT, 1, offsetof(ui_opts, ids)},
+        {"replay", CLI_REPLAY, 1, offsetof(ui_opts, file)},
+        {"serve", CLI_SERVE, 1, offsetof(ui_opts, serve)},
+    };
+    enum { N_PICKS = sizeof picks / sizeof *picks };
     enum {
-        O_INSPECT = 256,
-        O_TOKENIZE,
-        O_DETOKENIZE,
-        O_CHAT_IDS,
-        O_PROMPT,
-        O_IDS,
-        O_REPLAY,
-        O_PLAIN,
-        O_SERVE,
+        O_PICK  = 256 /* + the row of picks */,
+        O_PLAIN = O_PICK + N_PICKS,
         O_ENDPOINT,
         O_MEASURE,
         O_JSON,
-        O_SETTING /* + the setting's id */
+        O_SETTING
     };
-    /* the modes, then every setting with a flag (k3-settings.h) */
-    static const struct option modes[] = {{"inspect", no_argument, 0, O_INSPECT},
-                                          {"tokenize", no_argument, 0, O_TOKENIZE},
-                                          {"detokenize", no_argument, 0, O_DETOKENIZE},
-                                          {"chat-ids", no_argument, 0, O_CHAT_IDS},
-                                          {"prompt", required_argument, 0, O_PROMPT},
-                                          {"ids", required_argument, 0, O_IDS},
-                                          {"replay", required_argument, 0, O_REPLAY},
-                                          {"plain", no_argument, 0, O_PLAIN},
-                                          {"serve", required_argument, 0, O_SERVE},
-                                          {"endpoint", required_argument, 0, O_ENDPOINT},
-                                          {"measure", no_argument, 0, O_MEASURE},
-                                          {"json", no_argument, 0, O_JSON},
-                                          {"help", no_argument, 0, 'h'},
-                                          {"version", no_argument, 0, 'V'}};
-    enum { N_MODES = sizeof modes / sizeof modes[0] };
-    struct option lo[N_MODES + K3_SETTING_N + 1];
+    /* the modes, the other options, then every setting with a flag (k3-settings.h), O_SETTING + its id */
+    static const struct option others[] = {
+        {"plain", no_argument, 0, O_PLAIN},     {"endpoint", required_argument, 0, O_ENDPOINT},
+        {"measure", no_argument, 0, O_MEASURE}, {"json", no_argument, 0, O_JSON},
+        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'}};
+    enum { N_OTHERS = sizeof others / sizeof *others };
+    struct option lo[N_PICKS + N_OTHERS + K3_SETTING_N + 1];
     int           nlo = 0;
-    for (; nlo < N_MODES; nlo++)
-        lo[nlo] = modes[nlo];
+    for (int i = 0; i < N_PICKS; i++)
+        lo[nlo++] =
+            (struct option){picks[i].name, picks[i].arg ? required_argument : no_argument, 0, O_PICK + i};
+    for (int i = 0; i < N_OTHERS; i++)
+        lo[nlo++] = others[i];
     for (int id = 0; id < K3_SETTING_N; id++)
         if (k3_setting(id)->flag)
             lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
@@ -394,47 +399,11 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
         case 'V':
             printf("k3chat %s\n", k3_version());
             return 0;
-        case O_INSPECT:
-            if (set_mode(mode, CLI_INSPECT, "--inspect"))
-                return 2;
-            break;
-        case O_TOKENIZE:
-            if (set_mode(mode, CLI_TOKENIZE, "--tokenize"))
-                return 2;
-            break;
-        case O_DETOKENIZE:
-            if (set_mode(mode, CLI_DETOKENIZE, "--detokenize"))
-                return 2;
-            break;
-        case O_CHAT_IDS:
-            if (set_mode(mode, CLI_CHAT_IDS, "--chat-ids"))
-                return 2;
-            break;
-        case O_PROMPT:
-            if (set_mode(mode, CLI_ONESHOT, "--prompt"))
-                return 2;
-            o->prompt = optarg;
-            break;
         case O_JSON:
             o->json = 1;
             break;
-        case O_IDS:
-            if (set_mode(mode, CLI_ONESHOT, "--ids"))
-                return 2;
-            o->ids = optarg;
-            break;
-        case O_REPLAY:
-            if (set_mode(mode, CLI_REPLAY, "--replay"))
-                return 2;
-            o->file = optarg;
-            break;
         case O_PLAIN:
             *plain = 1;
-            break;
-        case O_SERVE:
-            if (set_mode(mode, CLI_SERVE, "--serve"))
-                return 2;
-            o->serve = optarg;
             break;
         case O_ENDPOINT:
             o->endpoint = optarg;
@@ -443,6 +412,14 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             o->measure = 1;
             break;
         default:
+            if (c >= O_PICK && c < O_PICK + N_PICKS) {
+                const struct mode_pick *m = &picks[c - O_PICK];
+                if (set_mode(mode, m->mode, m->name))
+                    return 2;
+                if (m->arg)
+                    *(const char **)((char *)o + m->field) = optarg;
+                break;
+            }
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
                 if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
                     return 2;
