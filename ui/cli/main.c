@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,9 +129,10 @@ static void usage(FILE *f) {
  * different ones are a usage error (the last one used to win silently: --prompt X --serve P
  * served and dropped the prompt); the same one again replaces its argument. */
 static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
-    static const char *first;
+    static const char *first; /* opt: the option's name, without its "--" */
     if (first && strcmp(first, opt)) {
-        fprintf(stderr, "k3chat: %s and %s are different modes; give one of them (try --help)\n", first, opt);
+        fprintf(stderr, "k3chat: --%s and --%s are different modes; give one of them (try --help)\n", first,
+                opt);
         return 2;
     }
     first = opt;
@@ -345,41 +347,44 @@ static int stdout_done(int rc, enum cli_mode mode) {
 /* The command line into o, *mode and *plain (the option table: the modes, then a flag per
  * setting). -1 to go on, else the exit status (0 after --help or --version, 2 on a usage error). */
 static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, int *plain) {
+    /* each mode option: the mode it picks and the field of o its argument goes to (arg: it has one) */
+    static const struct mode_pick {
+        const char   *name;
+        enum cli_mode mode;
+        int           arg;
+        size_t        field;
+    } picks[] = {
+        {"inspect", CLI_INSPECT, 0, 0},
+        {"tokenize", CLI_TOKENIZE, 0, 0},
+        {"detokenize", CLI_DETOKENIZE, 0, 0},
+        {"chat-ids", CLI_CHAT_IDS, 0, 0},
+        {"prompt", CLI_ONESHOT, 1, offsetof(ui_opts, prompt)},
+        {"ids", CLI_ONESHOT, 1, offsetof(ui_opts, ids)},
+        {"replay", CLI_REPLAY, 1, offsetof(ui_opts, file)},
+        {"serve", CLI_SERVE, 1, offsetof(ui_opts, serve)},
+    };
+    enum { N_PICKS = sizeof picks / sizeof *picks };
     enum {
-        O_INSPECT = 256,
-        O_TOKENIZE,
-        O_DETOKENIZE,
-        O_CHAT_IDS,
-        O_PROMPT,
-        O_IDS,
-        O_REPLAY,
-        O_PLAIN,
-        O_SERVE,
+        O_PICK  = 256 /* + the row of picks */,
+        O_PLAIN = O_PICK + N_PICKS,
         O_ENDPOINT,
         O_MEASURE,
         O_JSON,
-        O_SETTING /* + the setting's id */
+        O_SETTING
     };
-    /* the modes, then every setting with a flag (k3-settings.h) */
-    static const struct option modes[] = {{"inspect", no_argument, 0, O_INSPECT},
-                                          {"tokenize", no_argument, 0, O_TOKENIZE},
-                                          {"detokenize", no_argument, 0, O_DETOKENIZE},
-                                          {"chat-ids", no_argument, 0, O_CHAT_IDS},
-                                          {"prompt", required_argument, 0, O_PROMPT},
-                                          {"ids", required_argument, 0, O_IDS},
-                                          {"replay", required_argument, 0, O_REPLAY},
-                                          {"plain", no_argument, 0, O_PLAIN},
-                                          {"serve", required_argument, 0, O_SERVE},
-                                          {"endpoint", required_argument, 0, O_ENDPOINT},
-                                          {"measure", no_argument, 0, O_MEASURE},
-                                          {"json", no_argument, 0, O_JSON},
-                                          {"help", no_argument, 0, 'h'},
-                                          {"version", no_argument, 0, 'V'}};
-    enum { N_MODES = sizeof modes / sizeof modes[0] };
-    struct option lo[N_MODES + K3_SETTING_N + 1];
+    /* the modes, the other options, then every setting with a flag (k3-settings.h), O_SETTING + its id */
+    static const struct option others[] = {
+        {"plain", no_argument, 0, O_PLAIN},     {"endpoint", required_argument, 0, O_ENDPOINT},
+        {"measure", no_argument, 0, O_MEASURE}, {"json", no_argument, 0, O_JSON},
+        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'}};
+    enum { N_OTHERS = sizeof others / sizeof *others };
+    struct option lo[N_PICKS + N_OTHERS + K3_SETTING_N + 1];
     int           nlo = 0;
-    for (; nlo < N_MODES; nlo++)
-        lo[nlo] = modes[nlo];
+    for (int i = 0; i < N_PICKS; i++)
+        lo[nlo++] =
+            (struct option){picks[i].name, picks[i].arg ? required_argument : no_argument, 0, O_PICK + i};
+    for (int i = 0; i < N_OTHERS; i++)
+        lo[nlo++] = others[i];
     for (int id = 0; id < K3_SETTING_N; id++)
         if (k3_setting(id)->flag)
             lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
@@ -394,47 +399,11 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
         case 'V':
             printf("k3chat %s\n", k3_version());
             return 0;
-        case O_INSPECT:
-            if (set_mode(mode, CLI_INSPECT, "--inspect"))
-                return 2;
-            break;
-        case O_TOKENIZE:
-            if (set_mode(mode, CLI_TOKENIZE, "--tokenize"))
-                return 2;
-            break;
-        case O_DETOKENIZE:
-            if (set_mode(mode, CLI_DETOKENIZE, "--detokenize"))
-                return 2;
-            break;
-        case O_CHAT_IDS:
-            if (set_mode(mode, CLI_CHAT_IDS, "--chat-ids"))
-                return 2;
-            break;
-        case O_PROMPT:
-            if (set_mode(mode, CLI_ONESHOT, "--prompt"))
-                return 2;
-            o->prompt = optarg;
-            break;
         case O_JSON:
             o->json = 1;
             break;
-        case O_IDS:
-            if (set_mode(mode, CLI_ONESHOT, "--ids"))
-                return 2;
-            o->ids = optarg;
-            break;
-        case O_REPLAY:
-            if (set_mode(mode, CLI_REPLAY, "--replay"))
-                return 2;
-            o->file = optarg;
-            break;
         case O_PLAIN:
             *plain = 1;
-            break;
-        case O_SERVE:
-            if (set_mode(mode, CLI_SERVE, "--serve"))
-                return 2;
-            o->serve = optarg;
             break;
         case O_ENDPOINT:
             o->endpoint = optarg;
@@ -443,6 +412,14 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             o->measure = 1;
             break;
         default:
+            if (c >= O_PICK && c < O_PICK + N_PICKS) {
+                const struct mode_pick *m = &picks[c - O_PICK];
+                if (set_mode(mode, m->mode, m->name))
+                    return 2;
+                if (m->arg)
+                    *(const char **)((char *)o + m->field) = optarg;
+                break;
+            }
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
                 if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
                     return 2;
@@ -462,15 +439,47 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
     return -1;
 }
 
-/* The options that do not go together, the number of arguments for the mode (o->dir, o->file
- * taken from them) and a --load transcript checked: 0, or 2 (a usage error, reported). */
-static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int plain) {
-    static const char *const mode_opt[] = {
-        [CLI_INSPECT] = "--inspect",   [CLI_TOKENIZE] = "--tokenize", [CLI_DETOKENIZE] = "--detokenize",
-        [CLI_CHAT_IDS] = "--chat-ids", [CLI_REPLAY] = "--replay",     [CLI_SERVE] = "--serve"};
+/* Each mode's name in a usage error, and the setting flags it reads (a bit per setting id): a flag
+ * the mode does not read changed nothing and was taken without a word (--tokenize V F --temp 0.5,
+ * --serve P --temp 0 (a request brings its own sampling), --prompt X --parallel 8, --replay F
+ * --system S, --endpoint's server never got --think-budget), so check_mode_flags refuses it. A row
+ * is a mode and its variant: --prompt or --ids (o->ids), the chat on a model or an --endpoint. */
+#define READS(x) (1u << K3_SETTING_##x)
+#define READS_SAMPLING (READS(TEMP) | READS(TOP_P) | READS(MAX_TOKENS) | READS(SEED))
+#define READS_CHAT (READS_SAMPLING | READS(THINK) | READS(EFFORT) | READS(THINK_BUDGET) | READS(SYSTEM))
+static const struct mode_row {
+    enum cli_mode mode;
+    int           variant; /* --ids (not --prompt), --endpoint (not the chat on a model) */
+    const char   *name;
+    uint32_t      reads;
+} mode_rows[] = {
+    {CLI_INSPECT, 0, "--inspect", 0},
+    {CLI_TOKENIZE, 0, "--tokenize", READS(PATTERN)},
+    {CLI_DETOKENIZE, 0, "--detokenize", READS(PATTERN)},
+    {CLI_CHAT_IDS, 0, "--chat-ids", READS(PATTERN) | READS(THINK) | READS(EFFORT)},
+    {CLI_ONESHOT, 0, "--prompt", READS_CHAT | READS(JSON_SCHEMA)},
+    {CLI_ONESHOT, 1, "--ids", READS_SAMPLING},
+    {CLI_REPLAY, 0, "--replay", READS_SAMPLING | READS(THINK) | READS(EFFORT)},
+    {CLI_SERVE, 0, "--serve", READS(API_KEY) | READS(MODEL_NAME) | READS(ALLOW_HOST) | READS(PARALLEL)},
+    {CLI_CHAT, 0, "the chat on MODEL_DIR", READS_CHAT | READS(THEME) | READS(LOAD)},
+    {CLI_CHAT, 1, "--endpoint", READS_CHAT | READS(THEME) | READS(LOAD) | READS(API_KEY) | READS(MODEL_NAME)},
+};
+
+/* The row of the mode that o and mode describe (every mode and variant has one). */
+static const struct mode_row *mode_row(const ui_opts *o, enum cli_mode mode) {
+    int    variant = mode == CLI_ONESHOT ? o->ids != NULL : mode == CLI_CHAT ? o->endpoint != NULL : 0;
+    size_t i       = 0;
+    while (mode_rows[i].mode != mode || mode_rows[i].variant != variant)
+        i++;
+    return &mode_rows[i];
+}
+
+/* The options that belong to one mode (--plain, --measure, --endpoint), and --endpoint's URL and
+ * key: 0, or 2 (a usage error, reported). */
+static int check_mode_options(const ui_opts *o, enum cli_mode mode, int plain) {
     if (plain && mode != CLI_CHAT) { /* it was taken and ignored: --plain --serve P served */
         fprintf(stderr, "k3chat: --plain is the chat's line mode; it does not go with %s\n",
-                mode == CLI_ONESHOT ? (o->ids ? "--ids" : "--prompt") : mode_opt[mode]);
+                mode_row(o, mode)->name);
         return 2;
     }
     if (o->measure && mode != CLI_INSPECT) {
@@ -495,6 +504,11 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
                     (size_t)(k - o->api_key), (unsigned char)*k);
             return 2;
         }
+    return 0;
+}
+
+/* The operands the mode takes after the options (o->dir, o->file taken from them): 0, or 2. */
+static int check_operands(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
                                           ? 2
                                       : o->endpoint ? 0
@@ -511,6 +525,12 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
     o->dir = want ? argv[optind] : NULL;
     if (want == 2)
         o->file = argv[optind + 1];
+    return 0;
+}
+
+/* The setting flags given against the mode's row (mode_rows) and --load, --json and --think-budget
+ * where the mode does not use them: 0, or 2. */
+static int check_mode_flags(const ui_opts *o, enum cli_mode mode) {
     if (o->load && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
@@ -522,68 +542,31 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
                 o->json ? "--json" : "--json-schema");
         return 2;
     }
-    /* each mode reads some of the setting flags; one it does not read changed nothing and was
-     * taken without a word (--tokenize V F --temp 0.5, --serve P --temp 0 (a request brings its
-     * own sampling), --prompt X --parallel 8, --replay F --system S, --endpoint's server never
-     * got --think-budget): a usage error naming the flag and the mode */
-    const char *name, *takes; /* takes: the flags the mode reads, " name " each */
-    switch (mode) {
-    case CLI_TOKENIZE:
-    case CLI_DETOKENIZE:
-        name  = mode == CLI_TOKENIZE ? "--tokenize" : "--detokenize";
-        takes = " pattern ";
-        break;
-    case CLI_CHAT_IDS:
-        name  = "--chat-ids";
-        takes = " pattern think effort ";
-        break;
-    case CLI_INSPECT:
-        name  = "--inspect";
-        takes = " ";
-        break;
-    case CLI_ONESHOT:
-        name  = o->ids ? "--ids" : "--prompt";
-        takes = o->ids ? " temp top-p max-tokens seed "
-                       : " temp top-p think effort max-tokens think-budget seed system json-schema ";
-        break;
-    case CLI_REPLAY:
-        name  = "--replay";
-        takes = " temp top-p think effort max-tokens seed ";
-        break;
-    case CLI_SERVE:
-        name  = "--serve";
-        takes = " api-key model allow-host parallel ";
-        break;
-    default:
-        name  = o->endpoint ? "--endpoint" : "the chat on MODEL_DIR";
-        takes = o->endpoint
-                    ? " temp top-p think effort max-tokens think-budget seed system theme load api-key model "
-                    : " temp top-p think effort max-tokens think-budget seed system theme load ";
-        break;
-    }
+    const struct mode_row *row = mode_row(o, mode);
     for (int id = 0; id < K3_SETTING_N; id++) {
-        const char *flag = k3_setting((enum k3_setting_id)id)->flag;
-        char        word[64];
-        if (!flag_given[id])
+        if (!flag_given[id] || (id < 32 && row->reads >> id & 1))
             continue;
-        snprintf(word, sizeof word, " %s ", flag);
-        if (id == K3_SETTING_PATTERN && !strstr(takes, word) && mode != CLI_INSPECT) {
+        if (id == K3_SETTING_PATTERN && mode != CLI_INSPECT) {
             fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
             return 2;
         }
-        if (!strstr(takes, word)) {
-            const char *api = k3_setting((enum k3_setting_id)id)->api;
-            fprintf(stderr, "k3chat: --%s has no effect with %s%s%s%s\n", flag, name,
-                    mode == CLI_SERVE && api ? " (a request gives it as '" : "",
-                    mode == CLI_SERVE && api ? api : "", mode == CLI_SERVE && api ? "')" : "");
-            return 2;
-        }
+        const char *api = mode == CLI_SERVE ? k3_setting((enum k3_setting_id)id)->api : NULL;
+        fprintf(stderr, "k3chat: --%s has no effect with %s%s%s%s\n",
+                k3_setting((enum k3_setting_id)id)->flag, row->name, api ? " (a request gives it as '" : "",
+                api ? api : "", api ? "')" : "");
+        return 2;
     }
     /* --prompt's one answer with thinking off never reads the budget (the chat's /think on does) */
     if (mode == CLI_ONESHOT && flag_given[K3_SETTING_THINK_BUDGET] && o->think == 0) {
         fprintf(stderr, "k3chat: --think-budget has no effect with --think off (--prompt does not think)\n");
         return 2;
     }
+    return 0;
+}
+
+/* Values taken as given that mean nothing or clash: an empty --model or --api-key, --allow-host
+ * with a key, --json with --json-schema: 0, or 2. */
+static int check_values(const ui_opts *o, enum cli_mode mode) {
     /* an empty name or key was taken as given: --serve listed a model called '', --endpoint sent
      * "Authorization: Bearer " (--serve refuses an empty key itself, with its key list) */
     if (o->model_name && !*o->model_name) {
@@ -608,6 +591,12 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
+    return 0;
+}
+
+/* What is read from files and the environment before any mode runs: a --load transcript, the
+ * drawing variables and the theme, refused in every mode: 0, or 2. */
+static int check_files(ui_opts *o) {
     if (o->load && check_load(&o->load) != 0)
         return 2;
     /* K3_EMOJI and K3_HYPERLINKS only change the full-screen drawing, but a value they would
@@ -632,6 +621,16 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int
                         o->theme == k3_setting_env_str(K3_SETTING_THEME) ? "K3_THEME" : "--theme", err);
         return 2;
     }
+    return 0;
+}
+
+/* The options that do not go together, the number of arguments for the mode (o->dir, o->file
+ * taken from them) and what files and variables the run reads: 0, or 2 (a usage error, reported).
+ * The steps run in this order, so the first problem of a command line is the one reported. */
+static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode, int plain) {
+    if (check_mode_options(o, mode, plain) || check_operands(argc, argv, o, mode) ||
+        check_mode_flags(o, mode) || check_values(o, mode) || check_files(o))
+        return 2;
     return 0;
 }
 

@@ -272,6 +272,75 @@ static void report_cut(plain *p, int how, const ue_stats *s) {
 
 static void push_literal(EditLine *el, const char *s, int back);
 
+/* EV_TOKEN: a piece of the answer to stdout (kept in p->cur for /copy), or of its reasoning to
+ * stderr, dimmed (kept in p->think for a rescue; shown unless /show-thinking is off). */
+static void on_token(plain *p, const ui_ev *e) {
+    progress_end(p);
+    if (e->ch == EV_CH_THINK) {
+        txt_buf_add(&p->think, e->text, strlen(e->text));
+        if (p->cs.show_thinking) { /* /show-thinking off: the model thinks, nothing is shown */
+            fputs(p->esc ? "\033[2m" : "", stderr);
+            txt_term_put(stderr, &p->esc_err, e->text, strlen(e->text));
+            fputs(p->esc ? "\033[0m" : "", stderr);
+            fflush(stderr);
+        }
+    } else {
+        if (p->last_ch == EV_CH_THINK)
+            fputc('\n', stderr);
+        txt_term_put(stdout, &p->esc_out, e->text, strlen(e->text));
+        txt_buf_add(&p->cur, e->text, strlen(e->text));
+        out_check(p);
+    }
+    p->last_ch = e->ch;
+}
+
+/* EV_PREFILL: a live line on a terminal, else a line per update (about one a second). */
+static void on_prefill(plain *p, const ui_ev *e) {
+    if (p->lp.tty || ev_now() - p->pf_last >= 1.0 || e->a == e->b) {
+        p->pf_last = ev_now();
+        fprintf(stderr, "%sk3chat: prefill %llu/%llu tokens, %.2f GB of experts read%s",
+                p->lp.tty ? "\r" : "", (unsigned long long)e->a, (unsigned long long)e->b, e->x / 1e9,
+                p->lp.tty ? "\033[K" : "\n");
+        fflush(stderr);
+        p->progress = p->lp.tty;
+    }
+}
+
+/* EV_DONE: the turn's end: the answer's last line ended, the failed-message count (a /retry or
+ * /edit that got its answer takes its failure back), the answer kept for /copy, the statistics,
+ * and why an answer was cut. */
+static void on_done(plain *p, const ui_ev *e) {
+    progress_end(p);
+    txt_term_end(stderr, &p->esc_err);
+    txt_term_end(stdout, &p->esc_out);
+    if (p->last_ch == EV_CH_THINK)
+        fputc('\n', stderr);
+    if (!p->replaying &&
+        (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT))
+        fputc('\n', stdout);
+    if (e->i == UE_DONE_CANCELLED)
+        txt_term_printf(stderr, "k3chat: stopped\n");
+    if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
+        p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
+        p->last_failed = 1;
+    } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT) && !p->replaying &&
+               p->redo && p->last_failed) {
+        p->failed--; /* the message got its answer after all */
+        p->last_failed = 0;
+    }
+    if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
+        ans_push(p, p->cur.p, p->cur.n);
+    p->cur.n = p->think.n = 0;
+    if (!p->replaying)
+        p->st = e->st;
+    out_check(p);
+    if (e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT)
+        report_cut(p, e->i, &e->st);
+    p->last_ch   = -1;
+    p->replaying = 0;
+    p->in_turn   = 0;
+}
+
 /* Handle one event; returns 1 when a turn finished. */
 static int on_event(plain *p, ui_ev *e) {
     switch (e->type) {
@@ -292,64 +361,13 @@ static int on_event(plain *p, ui_ev *e) {
         txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "the engine failed");
         return 1;
     case EV_TOKEN:
-        progress_end(p);
-        if (e->ch == EV_CH_THINK) {
-            txt_buf_add(&p->think, e->text, strlen(e->text));
-            if (!p->cs.show_thinking)
-                break; /* /show-thinking off: the model thinks, nothing is shown */
-            fputs(p->esc ? "\033[2m" : "", stderr);
-            txt_term_put(stderr, &p->esc_err, e->text, strlen(e->text));
-            fputs(p->esc ? "\033[0m" : "", stderr);
-            fflush(stderr);
-        } else {
-            if (p->last_ch == EV_CH_THINK)
-                fputc('\n', stderr);
-            txt_term_put(stdout, &p->esc_out, e->text, strlen(e->text));
-            txt_buf_add(&p->cur, e->text, strlen(e->text));
-            out_check(p);
-        }
-        p->last_ch = e->ch;
+        on_token(p, e);
         break;
-    case EV_PREFILL: /* a live line on a terminal, else a line per update (about one a second) */
-        if (p->lp.tty || ev_now() - p->pf_last >= 1.0 || e->a == e->b) {
-            p->pf_last = ev_now();
-            fprintf(stderr, "%sk3chat: prefill %llu/%llu tokens, %.2f GB of experts read%s",
-                    p->lp.tty ? "\r" : "", (unsigned long long)e->a, (unsigned long long)e->b, e->x / 1e9,
-                    p->lp.tty ? "\033[K" : "\n");
-            fflush(stderr);
-            p->progress = p->lp.tty;
-        }
+    case EV_PREFILL:
+        on_prefill(p, e);
         break;
     case EV_DONE:
-        progress_end(p);
-        txt_term_end(stderr, &p->esc_err);
-        txt_term_end(stdout, &p->esc_out);
-        if (p->last_ch == EV_CH_THINK)
-            fputc('\n', stderr);
-        if (!p->replaying &&
-            (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT))
-            fputc('\n', stdout);
-        if (e->i == UE_DONE_CANCELLED)
-            txt_term_printf(stderr, "k3chat: stopped\n");
-        if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
-            p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
-            p->last_failed = 1;
-        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT) &&
-                   !p->replaying && p->redo && p->last_failed) {
-            p->failed--; /* the message got its answer after all */
-            p->last_failed = 0;
-        }
-        if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
-            ans_push(p, p->cur.p, p->cur.n);
-        p->cur.n = p->think.n = 0;
-        if (!p->replaying)
-            p->st = e->st;
-        out_check(p);
-        if (e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT)
-            report_cut(p, e->i, &e->st);
-        p->last_ch   = -1;
-        p->replaying = 0;
-        p->in_turn   = 0;
+        on_done(p, e);
         return 1;
     case EV_STATS:
         if (e->i) /* the latest context figures; /stats prints them when its command is done */
@@ -849,9 +867,11 @@ static const char *prompt_fn(EditLine *el) {
     return "> ";
 }
 
-int cli_plain(const ui_opts *o) {
-    plain P = {.last_ch = -1}, *p = &P;
-    char  loc[320];
+/* Setup: the locale note, the settings, the loading line, the event queue and the engine with the
+ * command line's settings, SIGINT, --system and --load. 0, or 1 when the queue or the engine could
+ * not start (nothing is left to free then). */
+static int plain_start(plain *p, const ui_opts *o) {
+    char loc[320];
     if (txt_locale(loc, sizeof loc) && isatty(0)) /* typing: what the locale does to it */
         txt_term_printf(stderr, "k3chat: %s\n", loc);
     chat_settings_init(&p->cs, o);
@@ -872,7 +892,7 @@ int cli_plain(const ui_opts *o) {
         ev_queue_free(p->q);
         return 1;
     }
-    p->eng->no_input_line = !(isatty(0) && isatty(2)); /* as the EditLine below */
+    p->eng->no_input_line = !(isatty(0) && isatty(2)); /* as the EditLine of editor_open */
     ue_settings(p->eng, &p->cs.gen);                   /* the command line's, before anything is measured */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -884,135 +904,159 @@ int cli_plain(const ui_opts *o) {
         ue_load(p->eng, o->load);
         settle(p, 0);
     }
+    return 0;
+}
 
-    EditLine        *el   = NULL;
-    History         *hist = NULL;
-    char             hpath[4096];
-    int              has_hist = 0;
+/* SIGTERM and SIGHUP, and on a terminal (stdin and stderr) the line editor: p->el with the emacs
+ * keys and the cluster bindings, the job-control handlers, and the input history p->hist, kept in
+ * the file p->hpath (hpath, n bytes, owned by the caller; NULL when there is none). On a pipe
+ * p->el stays NULL and read_line reads with getline. */
+static void editor_open(plain *p, char *hpath, size_t n) {
     struct sigaction st;
     memset(&st, 0, sizeof st);
     st.sa_handler = on_term;
     st.sa_flags   = SA_RESTART;
     sigaction(SIGTERM, &st, NULL);
     sigaction(SIGHUP, &st, NULL);
-    if (isatty(0) && isatty(2)) {
-        el = el_init_quiet(stdin, stderr);
-        if (el && tcgetattr(0, &tty_found) == 0) {
-            have_found = 1;
-            tstp_mode(1);
-        }
-        if (el) {
-            el_set(el, EL_EDITOR, "emacs");
-            inp_bind_clusters(el); /* after the editor: its keymap is set up anew */
-            p->el = el;
-            el_set(el, EL_PROMPT, prompt_fn);
-            hist = history_init();
-            if (hist) {
-                HistEvent he;
-                history(hist, &he, H_SETSIZE, 1000);
-                has_hist = inp_history_path(hpath, sizeof hpath) == 0;
-                if (has_hist)
-                    history(hist, &he, H_LOAD, hpath);
-                el_set(el, EL_HIST, history, hist);
-                p->hist  = hist;
-                p->hpath = has_hist ? hpath : NULL;
-            }
-        }
+    if (!isatty(0) || !isatty(2))
+        return;
+    EditLine *el = el_init_quiet(stdin, stderr);
+    if (!el)
+        return;
+    if (tcgetattr(0, &tty_found) == 0) {
+        have_found = 1;
+        tstp_mode(1);
     }
-    int rc = 0;
+    el_set(el, EL_EDITOR, "emacs");
+    inp_bind_clusters(el); /* after the editor: its keymap is set up anew */
+    p->el = el;
+    el_set(el, EL_PROMPT, prompt_fn);
+    History *hist = history_init();
+    if (!hist)
+        return;
+    HistEvent he;
+    history(hist, &he, H_SETSIZE, 1000);
+    int has_hist = inp_history_path(hpath, n) == 0;
+    if (has_hist)
+        history(hist, &he, H_LOAD, hpath);
+    el_set(el, EL_HIST, history, hist);
+    p->hist  = hist;
+    p->hpath = has_hist ? hpath : NULL;
+}
+
+/* Back from Ctrl-Z or a SIGSTOP: the prompt again, with what was typed and the cursor where it
+ * was, from the row's start: after fg the shell left the cursor on a row of its own, and a
+ * SIGCONT that stopped nothing redraws the line in place. */
+static void prompt_again(EditLine *el) {
+    const LineInfo *li    = el_line(el);
+    char           *draft = li ? strndup(li->buffer, (size_t)(li->lastchar - li->buffer)) : NULL;
+    int             back  = 0; /* the cursor where it was: clusters after it */
+    for (const char *c = li ? li->cursor : NULL; c && c < li->lastchar; back++) {
+        int w, f;
+        c += txt_cluster(c, (size_t)(li->lastchar - c), &w, &f);
+    }
+    if (draft && *draft)
+        push_literal(el, draft, back);
+    free(draft);
+    fputc('\r', stderr);
+}
+
+enum { LINE_GOT, LINE_AGAIN, LINE_END }; /* what read_line got */
+
+/* One line of input into *line (malloc'd; *nread bytes, as a NUL byte does not end it): from the
+ * line editor on a terminal, entered in the history, else from stdin. LINE_AGAIN: prompt again
+ * (back from a stop, a Ctrl-C that dropped the typed line, a quit refused for unsaved work);
+ * LINE_END: the input ended or the user quit. */
+static int read_line(plain *p, char **line, ssize_t *nread) {
+    EditLine *el = p->el;
+    *line        = NULL;
+    *nread       = 0;
+    if (!el) {
+        size_t cap = 0;
+        errno      = 0;
+        *nread     = getline(line, &cap, stdin);
+        if (*nread < 0) {
+            free(*line);
+            *line = NULL;
+        }
+        return *line ? LINE_GOT : LINE_END;
+    }
+    int n;
+    progress_end(p); /* the prompt starts its own line */
+    got_int = got_cont = 0;
+    if (tstp_act.sa_handler)
+        tstp_mode(0);
+    const char *s = el_gets(el, &n);
+    if (tstp_act.sa_handler)
+        tstp_mode(1);
+    if ((!s || n <= 0) && got_cont && !got_int) {
+        prompt_again(el);
+        return LINE_AGAIN;
+    }
+    if ((!s || n <= 0) && got_int) {
+        /* Ctrl-C at the prompt: a typed line is dropped (as in the TUI); at an empty prompt
+         * k3chat quits */
+        const LineInfo *li    = el_line(el);
+        int             draft = li && li->lastchar > li->buffer;
+        got_int               = 0;
+        fputs("^C\n", stderr);
+        if (draft) {
+            el_reset(el);
+            return LINE_AGAIN;
+        }
+        return keep_unsaved(p, 1, "", UE_DROP_QUIT) ? LINE_AGAIN : LINE_END;
+    }
+    if (!s || n <= 0) {
+        if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
+            return LINE_AGAIN;
+        fputc('\n', stderr); /* the shell's prompt starts on a line of its own */
+        return LINE_END;
+    }
+    *line  = strdup(s);
+    *nread = *line ? (ssize_t)strlen(*line) : 0;
+    if (p->hist && *line && (*line)[0] != '\n') {
+        HistEvent he;
+        history(p->hist, &he, H_ENTER, s);
+        if (p->hpath)
+            history(p->hist, &he, H_SAVE, p->hpath);
+    }
+    return *line ? LINE_GOT : LINE_END;
+}
+
+/* The loop: the engine's events, then a line of input, handled, until the input ends, the user
+ * quits, the engine fails or stdout breaks. Returns the exit status so far (plain_end adds the
+ * failures). */
+static int chat_loop(plain *p) {
     for (;;) {
         drain(p, 0);
-        if (p->fatal) {
-            rc = 1;
-            break;
-        }
-        char   *line  = NULL;
-        ssize_t nread = 0; /* the line's length: a NUL byte does not end it */
-        if (el) {
-            int n;
-            progress_end(p); /* the prompt starts its own line */
-            got_int = got_cont = 0;
-            if (tstp_act.sa_handler)
-                tstp_mode(0);
-            const char *s = el_gets(el, &n);
-            if (tstp_act.sa_handler)
-                tstp_mode(1);
-            if ((!s || n <= 0) && got_cont && !got_int) {
-                /* back from Ctrl-Z or a SIGSTOP: the prompt again, with what was typed and the
-                 * cursor where it was, from the row's start: after fg the shell left the cursor on
-                 * a row of its own, and a SIGCONT that stopped nothing redraws the line in place */
-                const LineInfo *li    = el_line(el);
-                char           *draft = li ? strndup(li->buffer, (size_t)(li->lastchar - li->buffer)) : NULL;
-                int             back  = 0; /* the cursor where it was: clusters after it */
-                for (const char *c = li ? li->cursor : NULL; c && c < li->lastchar; back++) {
-                    int w, f;
-                    c += txt_cluster(c, (size_t)(li->lastchar - c), &w, &f);
-                }
-                if (draft && *draft)
-                    push_literal(el, draft, back);
-                free(draft);
-                fputc('\r', stderr);
-                continue;
-            }
-            if ((!s || n <= 0) && got_int) {
-                /* Ctrl-C at the prompt: a typed line is dropped (as in the TUI); at an empty
-                 * prompt k3chat quits */
-                const LineInfo *li    = el_line(el);
-                int             draft = li && li->lastchar > li->buffer;
-                got_int               = 0;
-                fputs("^C\n", stderr);
-                if (draft) {
-                    el_reset(el);
-                    continue;
-                }
-                if (keep_unsaved(p, 1, "", UE_DROP_QUIT))
-                    continue;
-                break;
-            }
-            if (!s || n <= 0) {
-                if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
-                    continue;
-                fputc('\n', stderr); /* the shell's prompt starts on a line of its own */
-                break;
-            }
-            line  = strdup(s);
-            nread = line ? (ssize_t)strlen(line) : 0;
-            if (hist && line && line[0] != '\n') {
-                HistEvent he;
-                history(hist, &he, H_ENTER, s);
-                if (has_hist)
-                    history(hist, &he, H_SAVE, hpath);
-            }
-        } else {
-            size_t cap = 0;
-            errno      = 0;
-            nread      = getline(&line, &cap, stdin);
-            if (nread < 0) {
-                free(line);
-                break;
-            }
-        }
-        if (!line)
-            break;
+        if (p->fatal)
+            return 1;
+        char   *line;
+        ssize_t nread;
+        int     got = read_line(p, &line, &nread);
+        if (got == LINE_AGAIN)
+            continue;
+        if (got == LINE_END)
+            return 0;
         p->lineno++;
         int stop = handle_line(p, line, nread);
         free(line);
-        if (p->abandon) { /* Ctrl-C quit without the engine, which did not stop */
-            rc = p->rescued < 0;
-            break;
-        }
-        if (p->out_err) { /* a closed or broken stdout: the answers have nowhere to go */
-            rc = 1;
-            break;
-        }
-        if (stop && keep_unsaved(p, el != NULL, "", UE_DROP_QUIT))
+        if (p->abandon) /* Ctrl-C quit without the engine, which did not stop */
+            return p->rescued < 0;
+        if (p->out_err) /* a closed or broken stdout: the answers have nowhere to go */
+            return 1;
+        if (stop && keep_unsaved(p, p->el != NULL, "", UE_DROP_QUIT))
             continue;
-        if (stop) {
-            rc = p->fatal;
-            break;
-        }
+        if (stop)
+            return p->fatal;
     }
-    if (el && !p->fatal && !p->abandon && !atomic_load(&p->eng->ready)) {
+}
+
+/* Teardown: the engine stopped (or left behind when it would not stop, or while the model still
+ * loads), the line editor and history closed, everything freed. Returns the exit status: 1 when
+ * rc is, stdout failed, the engine failed or a message went unanswered. */
+static int plain_end(plain *p, int rc) {
+    if (p->el && !p->fatal && !p->abandon && !atomic_load(&p->eng->ready)) {
         /* the user quit at the prompt while the model loads (minutes for a large one): the
          * load does not stop for a quit, and waiting for it held the terminal until it ended;
          * commands typed meanwhile had not run (nothing of them is lost: none was a message) */
@@ -1026,10 +1070,10 @@ int cli_plain(const ui_opts *o) {
                         "k3chat: waiting for the engine to finish a command (Ctrl-C quits without it)\n");
     if (!p->fatal && !p->abandon)
         settle(p, 1);
-    if (el)
-        el_end(el);
-    if (hist)
-        history_end(hist);
+    if (p->el)
+        el_end(p->el);
+    if (p->hist)
+        history_end(p->hist);
     if (p->abandon) {
         ue_abandon(p->eng); /* its queues stay: the worker may still post to them */
     } else {
@@ -1045,4 +1089,13 @@ int cli_plain(const ui_opts *o) {
     free(p->think.p);
     free(p->last_user);
     return rc || p->out_err || p->fatal || p->failed ? 1 : 0;
+}
+
+int cli_plain(const ui_opts *o) {
+    plain P = {.last_ch = -1}, *p = &P;
+    char  hpath[4096]; /* the history file's name (p->hpath) */
+    if (plain_start(p, o))
+        return 1;
+    editor_open(p, hpath, sizeof hpath);
+    return plain_end(p, chat_loop(p));
 }

@@ -1697,10 +1697,12 @@ static int quit_worker(tui *t) {
     return r;
 }
 
-int ui_tui_run(const ui_opts *o) {
-    static tui T;
-    tui       *t = &T;
-    char       err[512];
+/* Setup before the screen: the state, the theme, the emoji table, the event queue, the input line
+ * with its history, and the engine with the command line's settings, --system and --load. 0, or
+ * the exit status (2 for a theme or emoji table it refused, 1 when a part could not start) after
+ * saying why; what was started is freed then. */
+static int tui_start(tui *t, const ui_opts *o) {
+    char err[512];
     memset(t, 0, sizeof *t);
     t->o   = o;
     t->cur = -1;
@@ -1754,7 +1756,12 @@ int ui_tui_run(const ui_opts *o) {
         ue_load(t->eng, o->load);
         t->load_pending++; /* messages wait until the transcript is in */
     }
+    return 0;
+}
 
+/* The signals the chat handles itself: SIGTERM, SIGHUP and an outside SIGINT end it (Ctrl-C is a
+ * key in raw mode), SIGTSTP and SIGCONT stop and resume the screen. */
+static void signals_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -1766,7 +1773,11 @@ int ui_tui_run(const ui_opts *o) {
     sa.sa_handler = on_cont;
     sa.sa_flags   = SA_RESTART; /* a write cut by the stop goes on (epoll_wait still returns) */
     sigaction(SIGCONT, &sa, NULL);
+}
 
+/* The screen taken: curses in raw mode, the theme's colors, the extra keys, bracketed paste, the
+ * mouse, the terminal's modes kept for a fatal signal, the emoji probe, and the first layout. */
+static void screen_open(tui *t) {
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
     struct termios found; /* the terminal as the shell had it: a fatal signal puts it back */
@@ -1806,21 +1817,23 @@ int ui_tui_run(const ui_opts *o) {
     refresh(); /* the screen is cleared before the probe writes on it */
     tui_emoji_probe();
     tui_layout(t);
+}
 
-    while (!t->quit) {
-        wint_t k;
-        int    fn;
-        if (!next_key(t, &k, &fn))
-            break;
-        on_key(t, k, fn);
-    }
-
+/* The screen given back: bracketed paste and the mouse off, curses ended, stderr the terminal's
+ * again. */
+static void screen_close(void) {
     tui_fatal_disarm();
     printf("\033[?2004l");
     fflush(stdout);
     mousemask(0, NULL);
     endwin();
     tui_stderr_end();
+}
+
+/* Teardown after the screen: the UI's statistics written, the engine stopped (or left behind),
+ * everything tui_start and the chat allocated freed. Returns the exit status: 128 + a fatal
+ * signal's number, 1 for an engine that failed or a rescue that failed, else 0. */
+static int tui_end(tui *t) {
     write_ui_stats(t);
     int rescued = quit_worker(t);
     k3_log_set_callback(NULL, NULL);
@@ -1845,4 +1858,23 @@ int ui_tui_run(const ui_opts *o) {
     /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
      * terminal goes, SIGTERM) gives the shell's 128 + its number */
     return got_term ? 128 + got_term : t->fatal || rescued < 0 ? 1 : 0;
+}
+
+int ui_tui_run(const ui_opts *o) {
+    static tui T;
+    tui       *t  = &T;
+    int        rc = tui_start(t, o);
+    if (rc)
+        return rc;
+    signals_install();
+    screen_open(t);
+    while (!t->quit) { /* a key (or an event, as a key) at a time until the chat quits */
+        wint_t k;
+        int    fn;
+        if (!next_key(t, &k, &fn))
+            break;
+        on_key(t, k, fn);
+    }
+    screen_close();
+    return tui_end(t);
 }
