@@ -1554,6 +1554,25 @@ static int meter_take(void *ud, size_t n) {
     return 0;
 }
 
+/* Schema s compiled twice: under a meter that grants all it asks (*all; *s1 its status, *bytes
+ * the grammar's size, 0 when refused) and under one that grants cap bytes in all (*lim). Returns
+ * the second compile's status (its message in k3_errmsg). */
+static k3_status metered(const k3_gvocab *v, const char *s, size_t cap, meter_cap *all, meter_cap *lim,
+                         k3_status *s1, size_t *bytes) {
+    k3_grammar *g1 = NULL, *g2 = NULL;
+    *all   = (meter_cap){.cap = SIZE_MAX};
+    *lim   = (meter_cap){.cap = cap};
+    all->m = (k3_gmeter){.charge = meter_take, .ud = all};
+    lim->m = (k3_gmeter){.charge = meter_take, .ud = lim};
+    *s1    = k3_grammar_json_schema(v, s, strlen(s), &all->m, &g1);
+    *bytes = *s1 ? 0 : k3_grammar_bytes(g1);
+    k3_grammar_free(g1);
+    k3_status s2 = k3_grammar_json_schema(v, s, strlen(s), &lim->m, &g2);
+    if (g2) /* a grammar the capped meter let through: the caller's check fails on s2 == K3_OK */
+        k3_grammar_free(g2);
+    return s2;
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && (!strcmp(argv[1], "--walk") || !strcmp(argv[1], "--walk-tools"))) { /* t-grammar.sh */
         int tools = !strcmp(argv[1], "--walk-tools");
@@ -2531,45 +2550,36 @@ int main(int argc, char **argv) {
      * what the grammar holds once built, within twice that; a meter that grants 1 MB stops the
      * compile of a 1.8 MB grammar once 1 MB is charged, naming it */
     {
-        static const char big[] = "{\"type\":\"string\",\"maxLength\":4000,\"pattern\":\"^[a-z ]*$\"}";
-        k3_grammar       *gg = NULL, *g2 = NULL;
-        meter_cap         all = {.cap = SIZE_MAX}, two = {.cap = 1u << 20};
-        all.m        = (k3_gmeter){.charge = meter_take, .ud = &all};
-        two.m        = (k3_gmeter){.charge = meter_take, .ud = &two};
-        k3_status s1 = k3_grammar_json_schema(v, big, sizeof big - 1, &all.m, &gg);
-        size_t    b  = s1 ? 0 : k3_grammar_bytes(gg);
+        meter_cap all, two;
+        k3_status s1;
+        size_t    b;
+        k3_status s2 = metered(v, "{\"type\":\"string\",\"maxLength\":4000,\"pattern\":\"^[a-z ]*$\"}",
+                               1u << 20, &all, &two, &s1, &b);
+        T_CHECK(s2 == K3_ERR_NOMEM && two.m.refused && two.m.granted == (1u << 20) &&
+                    two.taken == two.m.granted &&
+                    strstr(k3_errmsg(), "passed the 1 MB of memory it was given"),
+                "a meter that grants 1 MB stops the compile there (%d: %s)", (int)s2, k3_errmsg());
         T_CHECK(!s1 && all.m.used >= b && all.m.used <= 2 * b && all.m.granted >= all.m.used &&
                     all.m.granted - all.m.used < K3_GMETER_STEP && all.taken == all.m.granted &&
                     b > (1u << 20),
                 "a meter counts %zu bytes (%zu granted) for a grammar of %zu bytes", all.m.used,
                 all.m.granted, b);
-        k3_status s2 = k3_grammar_json_schema(v, big, sizeof big - 1, &two.m, &g2);
-        T_CHECK(s2 == K3_ERR_NOMEM && !g2 && two.m.refused && two.m.granted == (1u << 20) &&
-                    two.taken == two.m.granted &&
-                    strstr(k3_errmsg(), "passed the 1 MB of memory it was given"),
-                "a meter that grants 1 MB stops the compile there (%d: %s)", (int)s2, k3_errmsg());
-        k3_grammar_free(gg);
     }
 
     /* the scratch of a listed multipleOf (the texts of up to 2^20 multiples, 20 bytes each, and
      * their automaton's states) is charged too: 0.01 in [0, 10000] lists 1,000,001 texts (20 MB)
      * for a grammar of well under 8 MB, so an 8 MB meter stops it (it compiled, uncharged, before) */
     {
-        static const char lst[] = "{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":10000}";
-        k3_grammar       *gg = NULL, *g2 = NULL;
-        meter_cap         all = {.cap = SIZE_MAX}, eight = {.cap = 8u << 20};
-        all.m        = (k3_gmeter){.charge = meter_take, .ud = &all};
-        eight.m      = (k3_gmeter){.charge = meter_take, .ud = &eight};
-        k3_status s1 = k3_grammar_json_schema(v, lst, sizeof lst - 1, &all.m, &gg);
-        size_t    b  = s1 ? 0 : k3_grammar_bytes(gg);
-        T_CHECK(!s1 && b < (8u << 20) && all.m.used >= (size_t)1000001 * 20,
-                "a listed multipleOf's scratch is charged: %zu bytes for a grammar of %zu (%s)", all.m.used,
-                b, s1 ? k3_errmsg() : "ok");
-        k3_status s2 = k3_grammar_json_schema(v, lst, sizeof lst - 1, &eight.m, &g2);
-        T_CHECK(s2 == K3_ERR_NOMEM && !g2 && eight.m.refused &&
+        meter_cap all, eight;
+        k3_status s1;
+        size_t    b;
+        k3_status s2 = metered(v, "{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":10000}",
+                               8u << 20, &all, &eight, &s1, &b);
+        T_CHECK(s2 == K3_ERR_NOMEM && eight.m.refused &&
                     strstr(k3_errmsg(), "passed the 8 MB of memory it was given"),
                 "an 8 MB meter stops the listing of 1,000,001 multiples (%d: %s)", (int)s2, k3_errmsg());
-        k3_grammar_free(gg);
+        T_CHECK(!s1 && b < (8u << 20) && all.m.used >= (size_t)1000001 * 20,
+                "a listed multipleOf's scratch is charged: %zu bytes for a grammar of %zu", all.m.used, b);
     }
 
     /* k3_gmatch_bytes (a running answer's share of K3_SERVE_GRAMMAR_MB) counts the matcher's
