@@ -48,8 +48,10 @@ check $rc "installed k3chat --version exits 0"
 
 # ---- --help, the man page and the getopt table agree ----
 "$R/usr/bin/k3chat" --help >"$T/help" 2>&1; check $? "k3chat --help exits 0"
-# the mode options in ui/cli/main.c, the settings' flags (column 9) in include/k3-settings.h
-{ grep -oE '\{"[a-z][a-z0-9-]*", *(no|required|optional)_argument' "$S/ui/cli/main.c" | sed 's/^{"//; s/".*//'
+# the options in ui/cli/main.c (the getopt rows; the mode options' table, picks: {"name", CLI_...}),
+# the settings' flags (column 9) in include/k3-settings.h
+{ grep -oE '\{"[a-z][a-z0-9-]*", *((no|required|optional)_argument|CLI_[A-Z_]+)' "$S/ui/cli/main.c" |
+      sed 's/^{"//; s/".*//'
   sed -n 's/^ *X(\([^,]*,\)\{8\} *"\([a-z][a-z0-9-]*\)",.*/\2/p' "$S/include/k3-settings.h"; } | sort -u >"$T/getopt"
 [ -s "$T/getopt" ]; check $? "getopt table found in ui/cli/main.c ($(wc -l <"$T/getopt") options)"
 # the man page's OPTIONS section, \- unescaped
