@@ -935,9 +935,12 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
         const k3_session *s = p->seg[g].s;
         for (int t = 0; t < p->seg[g].n; t++) {
             float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
-            if (s->x0)
+            if (s->x0) {
                 memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
-            else if (embed(m, ids[g][t], h), ids[g][t] == s->nan_id)
+                continue;
+            }
+            embed(m, ids[g][t], h);
+            if (ids[g][t] == s->nan_id)
                 h[0] = NAN;
         }
     }
