@@ -47,6 +47,9 @@ keys C-l
 type_line "Reverse the word planet."  # the first turn, its reasoning included, stays in context
 check "a second question in the same conversation: tenalp" wait_for "tenalp" 30
 keys C-l; type_line "/clear"
+# the earlier turns' "thought for" leaves the screen with them: else the wait below can match
+# them before /clear has drawn, and the answer is looked for while the new turn still runs
+wait_gone "thought for" 30
 type_line "What is 36 + 47?"
 # the answer's wording varies between models and thread counts ("83", "36 + 47 = 83.", "The
 # answer is 83."): wait for the turn to end, then look for the number in the answer
